@@ -1,0 +1,207 @@
+# Keeps GPU pods on the binpack scheduler.
+#
+# A pod CREATE is denied when any container, initContainer or ephemeralContainer
+# (or the pod-level spec.resources) requests or limits a GPU resource and
+# spec.schedulerName is not the configured binpack scheduler.
+#
+# Input: an admission.k8s.io/v1 AdmissionReview (input.request).
+# Data:  data.gpu_cluster.config, see README.md. Missing or malformed
+#        configuration fails closed: GPU pods are denied, other pods are not.
+package gpu_cluster.gpu_scheduler
+
+# Gated whatever the configuration says; configured names and prefixes add to these.
+baseline_gpu_resources := {"nvidia.com/gpu"}
+
+# MIG profiles are advertised as nvidia.com/mig-<profile>, e.g. nvidia.com/mig-1g.5gb.
+# Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-mig.html
+baseline_gpu_resource_prefixes := {"nvidia.com/mig-"}
+
+config_lists := ["gpu_resources", "gpu_resource_prefixes"]
+
+# The API server refuses resources on ephemeral containers and on CREATE refuses them
+# altogether; they are scanned anyway, as nothing may hide a GPU request.
+# Ref: https://kubernetes.io/docs/concepts/workloads/pods/ephemeral-containers/
+container_fields := ["containers", "initContainers", "ephemeralContainers"]
+
+# Configuration
+
+config := data.gpu_cluster.config
+
+configured_scheduler_name := name if {
+	name := config.scheduler_name
+	is_string(name)
+	name != ""
+}
+
+# Negation goes through helper rules: `not is_object(x)` with x undefined is itself
+# undefined, because the argument is evaluated outside the `not`.
+config_is_object if is_object(config)
+
+config_errors contains "data.gpu_cluster.config is missing or not an object" if not config_is_object
+
+config_errors contains "data.gpu_cluster.config.scheduler_name must be a non-empty string" if {
+	config_is_object
+	not configured_scheduler_name
+}
+
+config_errors contains sprintf("data.gpu_cluster.config.%s must be a list of non-empty strings", [key]) if {
+	some key in config_lists
+	value := config[key]
+	not non_empty_strings(value)
+}
+
+non_empty_strings(value) if {
+	is_array(value)
+	every item in value {
+		is_string(item)
+		item != ""
+	}
+}
+
+gpu_resources := baseline_gpu_resources | {name |
+	some name in config.gpu_resources
+	is_string(name)
+	name != ""
+}
+
+# An empty prefix would match every resource, cpu included; it is reported above, never used.
+gpu_resource_prefixes := baseline_gpu_resource_prefixes | {prefix |
+	some prefix in config.gpu_resource_prefixes
+	is_string(prefix)
+	prefix != ""
+}
+
+gpu_resource(name) if name in gpu_resources
+
+gpu_resource(name) if {
+	some prefix in gpu_resource_prefixes
+	startswith(name, prefix)
+}
+
+# The request
+
+request := input.request
+
+pod := request.object
+
+spec := pod.spec
+
+spec_is_object if is_object(spec)
+
+# schedulerName and extended resources cannot change after creation, so only CREATE
+# is evaluated. Either the kind or the resource naming a pod is enough; subresources
+# (pods/binding, pods/eviction) carry other objects and are not pod creations.
+pod_create if {
+	request.operation == "CREATE"
+	pod_kind
+	not subresource_request
+}
+
+subresource_request if {
+	is_string(request.subResource)
+	request.subResource != ""
+}
+
+pod_kind if request.kind.kind == "Pod"
+
+pod_kind if request.resource.resource == "pods"
+
+# Resources
+
+resource_blocks contains block if {
+	some field in container_fields
+	some container in spec[field]
+	block := container.resources
+}
+
+# Pod-level resources are scanned too; Kubernetes accepts only cpu, memory and
+# hugepages there today, so a GPU found there is denied like any other.
+# Ref: https://kubernetes.io/docs/tasks/configure-pod-container/assign-pod-level-resources/
+resource_blocks contains spec.resources
+
+# A GPU resource counts unless its quantity is provably zero; Kubernetes does not
+# allocate a device for a quantity of 0. Unparsable quantities count (fail closed).
+requested_gpu_resources contains name if {
+	some block in resource_blocks
+	some section in ["requests", "limits"]
+	some name, quantity in block[section]
+	is_string(name)
+	gpu_resource(name)
+	not zero_quantity(quantity)
+}
+
+zero_quantity(quantity) if quantity == 0
+
+zero_quantity(quantity) if {
+	is_string(quantity)
+	units.parse(quantity) == 0
+}
+
+# Messages
+
+default pod_namespace := ""
+
+pod_namespace := ns if {
+	ns := pod.metadata.namespace
+	is_string(ns)
+	ns != ""
+} else := ns if {
+	ns := request.namespace
+	is_string(ns)
+	ns != ""
+}
+
+default pod_name := "<unnamed>"
+
+pod_name := name if {
+	name := pod.metadata.name
+	is_string(name)
+	name != ""
+} else := name if {
+	name := pod.metadata.generateName
+	is_string(name)
+	name != ""
+} else := name if {
+	name := request.name
+	is_string(name)
+	name != ""
+}
+
+pod_display := concat("/", [pod_namespace, pod_name]) if pod_namespace != ""
+
+else := pod_name
+
+default scheduler_shown := "unset"
+
+scheduler_shown := sprintf(`"%v"`, [spec.schedulerName])
+
+uses_binpack_scheduler if spec.schedulerName == configured_scheduler_name
+
+# Decisions
+
+deny contains msg if {
+	pod_create
+	not spec_is_object
+	msg := sprintf(`pod "%s" cannot be evaluated: request.object.spec is missing or not an object`, [pod_display])
+}
+
+deny contains msg if {
+	pod_create
+	count(config_errors) == 0
+	some resource in requested_gpu_resources
+	not uses_binpack_scheduler
+	msg := sprintf(
+		`pod "%s" requests %s but spec.schedulerName is %s; GPU pods must set spec.schedulerName: %s`,
+		[pod_display, resource, scheduler_shown, configured_scheduler_name],
+	)
+}
+
+deny contains msg if {
+	pod_create
+	count(config_errors) > 0
+	some resource in requested_gpu_resources
+	msg := sprintf(
+		`pod "%s" requests %s but the GPU scheduler gate is not configured (%s); GPU pods are refused until it is`,
+		[pod_display, resource, concat("; ", config_errors)],
+	)
+}

@@ -1,0 +1,354 @@
+package gpu_cluster.gpu_scheduler
+
+# Builders
+
+gate_config := {
+	"scheduler_name": "gpu-binpack-scheduler",
+	"gpu_resources": ["nvidia.com/gpu", "example.com/dongle"],
+	"gpu_resource_prefixes": ["nvidia.com/mig-"],
+}
+
+container(name, resources) := {"name": name, "image": "registry.example/train:1", "resources": resources}
+
+cpu_only := {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+
+gpu_limit := {"limits": {"cpu": "1", "nvidia.com/gpu": "1"}}
+
+# team-a/train-0 with one CPU-only container; overrides merge recursively, lists are replaced.
+make_pod(overrides) := object.union(
+	{
+		"apiVersion": "v1",
+		"kind": "Pod",
+		"metadata": {"name": "train-0", "namespace": "team-a"},
+		"spec": {"containers": [container("main", cpu_only)]},
+	},
+	overrides,
+)
+
+# A pod CREATE review; request_overrides merge into the request.
+make_review(pod_object, request_overrides) := {
+	"apiVersion": "admission.k8s.io/v1",
+	"kind": "AdmissionReview",
+	"request": object.union(
+		{
+			"uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+			"kind": {"group": "", "version": "v1", "kind": "Pod"},
+			"resource": {"group": "", "version": "v1", "resource": "pods"},
+			"namespace": "team-a",
+			"operation": "CREATE",
+			"object": pod_object,
+		},
+		request_overrides,
+	),
+}
+
+review_of(pod_overrides) := make_review(make_pod(pod_overrides), {})
+
+gpu_pod_review(spec_overrides) := review_of({"spec": object.union(
+	{"containers": [container("main", gpu_limit)]},
+	spec_overrides,
+)})
+
+binpack := {"schedulerName": "gpu-binpack-scheduler"}
+
+unset_gpu_denial := `pod "team-a/train-0" requests nvidia.com/gpu but spec.schedulerName is unset; GPU pods must set spec.schedulerName: gpu-binpack-scheduler`
+
+# Scheduler name
+
+test_deny_gpu_limit_without_scheduler_name if {
+	deny == {unset_gpu_denial} with input as gpu_pod_review({})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_gpu_pod_on_default_scheduler if {
+	deny == {`pod "team-a/train-0" requests nvidia.com/gpu but spec.schedulerName is "default-scheduler"; GPU pods must set spec.schedulerName: gpu-binpack-scheduler`} with input as gpu_pod_review({"schedulerName": "default-scheduler"})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_gpu_pod_with_empty_scheduler_name if {
+	deny == {`pod "team-a/train-0" requests nvidia.com/gpu but spec.schedulerName is ""; GPU pods must set spec.schedulerName: gpu-binpack-scheduler`} with input as gpu_pod_review({"schedulerName": ""})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_scheduler_name_differing_in_case if {
+	deny == {`pod "team-a/train-0" requests nvidia.com/gpu but spec.schedulerName is "GPU-Binpack-Scheduler"; GPU pods must set spec.schedulerName: gpu-binpack-scheduler`} with input as gpu_pod_review({"schedulerName": "GPU-Binpack-Scheduler"})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_allow_gpu_pod_with_binpack_scheduler if {
+	count(deny) == 0 with input as gpu_pod_review(binpack)
+		with data.gpu_cluster.config as gate_config
+}
+
+test_allow_cpu_only_pod if {
+	count(deny) == 0 with input as review_of({})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_allow_cpu_only_pod_on_binpack_scheduler if {
+	count(deny) == 0 with input as review_of({"spec": binpack})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_scheduler_name_comes_from_config if {
+	deny == {`pod "team-a/train-0" requests nvidia.com/gpu but spec.schedulerName is "gpu-binpack-scheduler"; GPU pods must set spec.schedulerName: other-binpack`} with input as gpu_pod_review(binpack)
+		with data.gpu_cluster.config as object.union(gate_config, {"scheduler_name": "other-binpack"})
+}
+
+# Where GPU requests hide
+
+test_deny_gpu_request_without_limit if {
+	deny == {unset_gpu_denial} with input as gpu_pod_review({"containers": [container("main", {"requests": {"nvidia.com/gpu": "1"}})]})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_gpu_in_second_container if {
+	deny == {unset_gpu_denial} with input as gpu_pod_review({"containers": [
+		container("sidecar", cpu_only),
+		container("main", gpu_limit),
+	]})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_mig_profile_in_init_container if {
+	deny == {`pod "team-a/train-0" requests nvidia.com/mig-1g.5gb but spec.schedulerName is unset; GPU pods must set spec.schedulerName: gpu-binpack-scheduler`} with input as gpu_pod_review({
+		"containers": [container("main", cpu_only)],
+		"initContainers": [container("warmup", {"limits": {"nvidia.com/mig-1g.5gb": "1"}})],
+	})
+		with data.gpu_cluster.config as gate_config
+}
+
+# The API server refuses resources on ephemeral containers; scanning them costs nothing.
+test_deny_gpu_in_ephemeral_container if {
+	deny == {unset_gpu_denial} with input as gpu_pod_review({
+		"containers": [container("main", cpu_only)],
+		"ephemeralContainers": [container("debug", gpu_limit)],
+	})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_gpu_in_pod_level_resources if {
+	deny == {unset_gpu_denial} with input as gpu_pod_review({
+		"containers": [container("main", cpu_only)],
+		"resources": gpu_limit,
+	})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_configured_extended_resource if {
+	deny == {`pod "team-a/train-0" requests example.com/dongle but spec.schedulerName is unset; GPU pods must set spec.schedulerName: gpu-binpack-scheduler`} with input as gpu_pod_review({"containers": [container("main", {"limits": {"example.com/dongle": "2"}})]})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_configured_prefix if {
+	deny == {`pod "team-a/train-0" requests example.com/vgpu-a10 but spec.schedulerName is unset; GPU pods must set spec.schedulerName: gpu-binpack-scheduler`} with input as gpu_pod_review({"containers": [container("main", {"limits": {"example.com/vgpu-a10": "1"}})]})
+		with data.gpu_cluster.config as object.union(gate_config, {"gpu_resource_prefixes": ["example.com/vgpu-"]})
+}
+
+test_allow_extended_resource_not_configured if {
+	count(deny) == 0 with input as gpu_pod_review({"containers": [container("main", {"limits": {"example.com/fpga": "1"}})]})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_baseline_resources_gated_when_config_lists_omit_them if {
+	deny == {
+		unset_gpu_denial,
+		`pod "team-a/train-0" requests nvidia.com/mig-2g.10gb but spec.schedulerName is unset; GPU pods must set spec.schedulerName: gpu-binpack-scheduler`,
+	} with input as gpu_pod_review({"containers": [container("main", {"limits": {"nvidia.com/gpu": "1", "nvidia.com/mig-2g.10gb": "1"}})]})
+		with data.gpu_cluster.config as {"scheduler_name": "gpu-binpack-scheduler", "gpu_resources": [], "gpu_resource_prefixes": []}
+}
+
+test_deny_one_message_per_resource if {
+	deny == {
+		`pod "team-a/train-0" requests example.com/dongle but spec.schedulerName is unset; GPU pods must set spec.schedulerName: gpu-binpack-scheduler`,
+		unset_gpu_denial,
+	} with input as gpu_pod_review({"containers": [
+		container("a", {"limits": {"nvidia.com/gpu": "1"}}),
+		container("b", {"limits": {"nvidia.com/gpu": "2", "example.com/dongle": "1"}}),
+	]})
+		with data.gpu_cluster.config as gate_config
+}
+
+# Quantities
+
+test_deny_numeric_gpu_quantity if {
+	deny == {unset_gpu_denial} with input as gpu_pod_review({"containers": [container("main", {"limits": {"nvidia.com/gpu": 1}})]})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_allow_zero_gpu_string if {
+	count(deny) == 0 with input as gpu_pod_review({"containers": [container("main", {"limits": {"nvidia.com/gpu": "0"}})]})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_allow_zero_gpu_number if {
+	count(deny) == 0 with input as gpu_pod_review({"containers": [container("main", {"requests": {"nvidia.com/gpu": 0}, "limits": {"nvidia.com/gpu": 0}})]})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_zero_request_with_nonzero_limit if {
+	deny == {unset_gpu_denial} with input as gpu_pod_review({"containers": [container("main", {"requests": {"nvidia.com/gpu": "0"}, "limits": {"nvidia.com/gpu": "1"}})]})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_unparsable_gpu_quantity if {
+	deny == {unset_gpu_denial} with input as gpu_pod_review({"containers": [container("main", {"limits": {"nvidia.com/gpu": "lots"}})]})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_null_gpu_quantity if {
+	deny == {unset_gpu_denial} with input as gpu_pod_review({"containers": [container("main", {"limits": {"nvidia.com/gpu": null}})]})
+		with data.gpu_cluster.config as gate_config
+}
+
+# Malformed pods
+
+test_allow_null_resources if {
+	count(deny) == 0 with input as gpu_pod_review({"containers": [container("main", null)]})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_allow_null_limits if {
+	count(deny) == 0 with input as gpu_pod_review({"containers": [container("main", {"limits": null})]})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_allow_container_without_resources if {
+	count(deny) == 0 with input as gpu_pod_review({"containers": [{"name": "main", "image": "busybox"}]})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_null_limits_do_not_hide_gpu_requests if {
+	deny == {unset_gpu_denial} with input as gpu_pod_review({"containers": [container("main", {"limits": null, "requests": {"nvidia.com/gpu": "1"}})]})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_missing_containers_do_not_hide_init_containers if {
+	deny == {unset_gpu_denial} with input as make_review(
+		{"metadata": {"name": "train-0", "namespace": "team-a"}, "spec": {"initContainers": [container("warmup", gpu_limit)]}},
+		{},
+	)
+		with data.gpu_cluster.config as gate_config
+}
+
+test_allow_spec_without_containers if {
+	count(deny) == 0 with input as make_review({"metadata": {"name": "train-0"}, "spec": {}}, {})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_pod_without_spec if {
+	deny == {`pod "team-a/train-0" cannot be evaluated: request.object.spec is missing or not an object`} with input as make_review({"metadata": {"name": "train-0", "namespace": "team-a"}}, {})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_request_without_object if {
+	deny == {`pod "team-a/train-0" cannot be evaluated: request.object.spec is missing or not an object`} with input as {"request": {
+		"uid": "1",
+		"kind": {"kind": "Pod"},
+		"operation": "CREATE",
+		"namespace": "team-a",
+		"name": "train-0",
+	}}
+		with data.gpu_cluster.config as gate_config
+}
+
+# What is evaluated
+
+test_allow_update_of_gpu_pod if {
+	count(deny) == 0 with input as make_review(make_pod({"spec": {"containers": [container("main", gpu_limit)]}}), {"operation": "UPDATE"})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_allow_delete_without_object if {
+	count(deny) == 0 with input as {"request": {"uid": "1", "kind": {"kind": "Pod"}, "operation": "DELETE", "namespace": "team-a", "name": "train-0"}}
+		with data.gpu_cluster.config as gate_config
+}
+
+test_allow_other_kind if {
+	count(deny) == 0 with input as make_review(
+		{"metadata": {"name": "cm"}, "spec": {"containers": [container("main", gpu_limit)]}},
+		{"kind": {"group": "", "version": "v1", "kind": "ConfigMap"}, "resource": {"group": "", "version": "v1", "resource": "configmaps"}},
+	)
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_pod_identified_by_resource_only if {
+	deny == {unset_gpu_denial} with input as make_review(make_pod({"spec": {"containers": [container("main", gpu_limit)]}}), {"kind": null})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_allow_binding_subresource if {
+	count(deny) == 0 with input as make_review(
+		{"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "train-0"}, "target": {"kind": "Node", "name": "gpu-node-1"}},
+		{
+			"kind": {"group": "", "version": "v1", "kind": "Binding"},
+			"resource": {"group": "", "version": "v1", "resource": "pods"},
+			"subResource": "binding",
+		},
+	)
+		with data.gpu_cluster.config as gate_config
+}
+
+# Pod names in messages
+
+test_message_uses_generate_name if {
+	deny == {`pod "team-a/train-job-" requests nvidia.com/gpu but spec.schedulerName is unset; GPU pods must set spec.schedulerName: gpu-binpack-scheduler`} with input as make_review(
+		{"metadata": {"generateName": "train-job-", "namespace": "team-a"}, "spec": {"containers": [container("main", gpu_limit)]}},
+		{},
+	)
+		with data.gpu_cluster.config as gate_config
+}
+
+test_message_uses_request_namespace if {
+	deny == {`pod "team-b/train-0" requests nvidia.com/gpu but spec.schedulerName is unset; GPU pods must set spec.schedulerName: gpu-binpack-scheduler`} with input as make_review(
+		{"metadata": {"name": "train-0"}, "spec": {"containers": [container("main", gpu_limit)]}},
+		{"namespace": "team-b"},
+	)
+		with data.gpu_cluster.config as gate_config
+}
+
+test_message_for_unnamed_pod if {
+	deny == {`pod "<unnamed>" requests nvidia.com/gpu but spec.schedulerName is unset; GPU pods must set spec.schedulerName: gpu-binpack-scheduler`} with input as {"request": {
+		"kind": {"kind": "Pod"},
+		"operation": "CREATE",
+		"object": {"spec": {"containers": [container("main", gpu_limit)]}},
+	}}
+		with data.gpu_cluster.config as gate_config
+}
+
+# Configuration (fail closed for GPU pods, never for the rest)
+
+test_deny_gpu_pod_when_config_missing if {
+	deny == {`pod "team-a/train-0" requests nvidia.com/gpu but the GPU scheduler gate is not configured (data.gpu_cluster.config is missing or not an object); GPU pods are refused until it is`} with input as gpu_pod_review(binpack)
+}
+
+test_allow_cpu_pod_when_config_missing if {
+	count(deny) == 0 with input as review_of({})
+}
+
+test_deny_gpu_pod_when_scheduler_name_missing if {
+	deny == {`pod "team-a/train-0" requests nvidia.com/gpu but the GPU scheduler gate is not configured (data.gpu_cluster.config.scheduler_name must be a non-empty string); GPU pods are refused until it is`} with input as gpu_pod_review(binpack)
+		with data.gpu_cluster.config as object.remove(gate_config, ["scheduler_name"])
+}
+
+test_deny_gpu_pod_when_config_lists_malformed if {
+	deny == {`pod "team-a/train-0" requests nvidia.com/gpu but the GPU scheduler gate is not configured (data.gpu_cluster.config.gpu_resource_prefixes must be a list of non-empty strings; data.gpu_cluster.config.gpu_resources must be a list of non-empty strings); GPU pods are refused until it is`} with input as gpu_pod_review(binpack)
+		with data.gpu_cluster.config as {"scheduler_name": "gpu-binpack-scheduler", "gpu_resources": "nvidia.com/gpu", "gpu_resource_prefixes": [""]}
+}
+
+test_empty_prefix_never_gates_cpu if {
+	count(deny) == 0 with input as review_of({})
+		with data.gpu_cluster.config as object.union(gate_config, {"gpu_resource_prefixes": [""]})
+}
+
+test_config_errors_empty_for_valid_config if {
+	count(config_errors) == 0 with data.gpu_cluster.config as gate_config
+}
+
+test_config_lists_are_optional if {
+	count(config_errors) == 0 with data.gpu_cluster.config as {"scheduler_name": "gpu-binpack-scheduler"}
+}
+
+test_config_that_is_not_an_object_is_an_error if {
+	config_errors == {"data.gpu_cluster.config is missing or not an object"} with data.gpu_cluster.config as "gpu-binpack-scheduler"
+}

@@ -1,0 +1,364 @@
+"""The admission policy served by a real `opa run --server` over TLS, as the API server calls it.
+
+OPA is started the way the webhook deployment starts it: policies without their tests,
+the gate configuration loaded at data.gpu_cluster.config with a `<dotted-path>:<file>`
+argument, HTTPS on the main listener and /health on a plain-HTTP diagnostic listener.
+AdmissionReviews are POSTed to `/`, OPA's default decision (data.system.main).
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parent.parent
+POLICIES = REPO / "policies"
+LOOPBACK = "127.0.0.1"
+STARTUP_TIMEOUT_S = 30.0
+
+GATE_CONFIG = {
+    "scheduler_name": "gpu-binpack-scheduler",
+    "gpu_resources": ["nvidia.com/gpu", "example.com/dongle"],
+    "gpu_resource_prefixes": ["nvidia.com/mig-"],
+}
+REVIEW_UID = "705ab4f5-6393-11e8-b7cc-42010a800002"
+
+
+def find_opa() -> Path | None:
+    """GPU_CLUSTER_TOOLS_BIN/opa, else <repo>/.tools/bin/opa, else `opa` on PATH."""
+    candidates: list[Path] = []
+    tools_bin = os.environ.get("GPU_CLUSTER_TOOLS_BIN")
+    if tools_bin:
+        candidates.append(Path(tools_bin) / "opa")
+    candidates.append(REPO / ".tools" / "bin" / "opa")
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    on_path = shutil.which("opa")
+    return Path(on_path) if on_path else None
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    ca_cert: Path
+    server_cert: Path
+    server_key: Path
+
+
+@dataclass(frozen=True)
+class OpaServer:
+    url: str
+    ca_cert: Path
+
+    def post(self, path: str, document: Any) -> dict[str, Any]:
+        request = urllib.request.Request(
+            self.url + path,
+            data=json.dumps(document).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        return self._send(request)
+
+    def get(self, path: str) -> dict[str, Any]:
+        return self._send(urllib.request.Request(self.url + path, method="GET"))
+
+    def _send(self, request: urllib.request.Request) -> dict[str, Any]:
+        context = ssl.create_default_context(cafile=str(self.ca_cert))
+        with urllib.request.urlopen(request, context=context, timeout=10) as response:
+            body: dict[str, Any] = json.load(response)
+            return body
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _write_tls_files(directory: Path) -> TlsFiles:
+    """A throwaway CA and a serving certificate for 127.0.0.1 signed by it."""
+    now = datetime.datetime.now(datetime.UTC)
+    valid_until = now + datetime.timedelta(days=1)
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpu-cluster test CA")])
+    ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(valid_until)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(ca_ski, critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    server_cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "opa")]))
+        .issuer_name(ca_name)
+        .public_key(server_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(valid_until)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(LOOPBACK))]),
+            critical=False,
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski),
+            critical=False,
+        )
+        .add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(server_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    files = TlsFiles(
+        ca_cert=directory / "ca.crt",
+        server_cert=directory / "tls.crt",
+        server_key=directory / "tls.key",
+    )
+    files.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    files.server_cert.write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
+    files.server_key.write_bytes(
+        server_key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    files.server_key.chmod(0o600)
+    return files
+
+
+def _wait_until_healthy(process: subprocess.Popen[bytes], health_url: str, log: Path) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"opa exited with {process.returncode}:\n{log.read_text()}")
+        try:
+            with urllib.request.urlopen(health_url, timeout=1) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"opa not healthy after {STARTUP_TIMEOUT_S}s:\n{log.read_text()}")
+
+
+def opa_argv(opa: Path, tls: TlsFiles, gate_config: Path, port: int, diag_port: int) -> list[str]:
+    """How the webhook's OPA is started: policies without tests, config at its data path."""
+    policies = sorted(p for p in POLICIES.glob("*.rego") if not p.name.endswith("_test.rego"))
+    return [
+        str(opa),
+        "run",
+        "--server",
+        f"--addr=https://{LOOPBACK}:{port}",
+        f"--diagnostic-addr=http://{LOOPBACK}:{diag_port}",
+        f"--tls-cert-file={tls.server_cert}",
+        f"--tls-private-key-file={tls.server_key}",
+        "--skip-version-check",
+        "--log-level=error",
+        *(str(p) for p in policies),
+        f"gpu_cluster.config:{gate_config}",
+    ]
+
+
+@pytest.fixture(scope="module")
+def opa() -> Path:
+    binary = find_opa()
+    if binary is None:
+        message = "opa not built: run make tools"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{message} (a missing tool under CI is a failure)")
+        pytest.skip(message)
+    return binary
+
+
+@pytest.fixture(scope="module")
+def opa_server(opa: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpaServer]:
+    workdir = tmp_path_factory.mktemp("opa-server")
+    tls = _write_tls_files(workdir)
+    gate_config = workdir / "gate.json"
+    gate_config.write_text(json.dumps(GATE_CONFIG))
+    port, diag_port = _free_port(), _free_port()
+    log = workdir / "opa.log"
+
+    with log.open("wb") as log_file:
+        process = subprocess.Popen(
+            opa_argv(opa, tls, gate_config, port, diag_port),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            _wait_until_healthy(process, f"http://{LOOPBACK}:{diag_port}/health", log)
+            yield OpaServer(url=f"https://{LOOPBACK}:{port}", ca_cert=tls.ca_cert)
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+
+
+def _pod_review(limits: dict[str, str], scheduler_name: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [
+            {"name": "main", "image": "registry.example/train:1", "resources": {"limits": limits}}
+        ]
+    }
+    if scheduler_name is not None:
+        spec["schedulerName"] = scheduler_name
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": REVIEW_UID,
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "team-a",
+            "name": "train-0",
+            "operation": "CREATE",
+            "object": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "train-0", "namespace": "team-a"},
+                "spec": spec,
+            },
+        },
+    }
+
+
+def test_opa_server_denies_gpu_pod_without_scheduler_name(opa_server: OpaServer) -> None:
+    review = opa_server.post("/", _pod_review({"nvidia.com/gpu": "1"}, None))
+
+    assert review == {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {
+            "uid": REVIEW_UID,
+            "allowed": False,
+            "status": {
+                "code": 403,
+                "message": 'pod "team-a/train-0" requests nvidia.com/gpu but spec.schedulerName'
+                " is unset; GPU pods must set spec.schedulerName: gpu-binpack-scheduler",
+            },
+        },
+    }
+
+
+def test_opa_server_denies_gpu_pod_on_default_scheduler(opa_server: OpaServer) -> None:
+    review = opa_server.post("/", _pod_review({"nvidia.com/gpu": "1"}, "default-scheduler"))
+
+    assert review["response"]["status"]["message"] == (
+        'pod "team-a/train-0" requests nvidia.com/gpu but spec.schedulerName is'
+        ' "default-scheduler"; GPU pods must set spec.schedulerName: gpu-binpack-scheduler'
+    )
+
+
+def test_opa_server_allows_gpu_pod_with_binpack_scheduler(opa_server: OpaServer) -> None:
+    review = opa_server.post("/", _pod_review({"nvidia.com/gpu": "1"}, "gpu-binpack-scheduler"))
+
+    assert review["response"] == {"uid": REVIEW_UID, "allowed": True}
+
+
+def test_opa_server_allows_cpu_only_pod(opa_server: OpaServer) -> None:
+    review = opa_server.post("/", _pod_review({"cpu": "1"}, None))
+
+    assert review["response"] == {"uid": REVIEW_UID, "allowed": True}
+
+
+def test_opa_server_gates_configured_extended_resource(opa_server: OpaServer) -> None:
+    review = opa_server.post("/", _pod_review({"example.com/dongle": "1"}, None))
+
+    assert review["response"]["allowed"] is False
+    assert review["response"]["status"]["message"].startswith(
+        'pod "team-a/train-0" requests example.com/dongle but'
+    )
+
+
+def test_opa_server_denies_review_without_request(opa_server: OpaServer) -> None:
+    review = opa_server.post("/", {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"})
+
+    assert review == {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {
+            "uid": "",
+            "allowed": False,
+            "status": {
+                "code": 403,
+                "message": "malformed AdmissionReview: input.request is missing or not an object",
+            },
+        },
+    }
+
+
+def test_opa_server_loads_config_at_data_path(opa_server: OpaServer) -> None:
+    assert opa_server.get("/v1/data/gpu_cluster/config") == {"result": GATE_CONFIG}
+
+
+def test_opa_server_loads_no_test_files(opa_server: OpaServer) -> None:
+    policy_ids = [policy["id"] for policy in opa_server.get("/v1/policies")["result"]]
+
+    assert policy_ids
+    assert not [p for p in policy_ids if p.endswith("_test.rego")]
