@@ -1,0 +1,53 @@
+"""gpu-cluster: turn an existing kubeadm Kubernetes cluster into a GPU platform.
+
+Layers, in the order they are built:
+  1. ExtendedResourceNode  - advertise extended resources in node status (JSON patch).
+  2. TaintedGpuPool        - taint and label the GPU nodes, keeping Kubernetes' own taints.
+  3. ControlPlaneFeatures  - admission plugins and feature gates over SSH (not built yet).
+  4. GpuOperator           - NVIDIA GPU Operator Helm release (not built yet).
+  5. BinpackScheduler      - second kube-scheduler that packs GPU pods (not built yet).
+  6. OpaGate               - admission that keeps GPU pods on that scheduler (not built yet).
+  7. MonitoringStack       - Prometheus, DCGM metrics, dashboard and alerts (not built yet).
+
+This file only wires: read the validated config, build each layer, export outputs.
+"""
+
+import pulumi
+
+from components import (
+    ClusterAccess,
+    ExtendedResourceNode,
+    ExtendedResourceNodeArgs,
+    TaintedGpuPool,
+    TaintedGpuPoolArgs,
+)
+from stack_config import load_stack_config
+
+config = load_stack_config()
+for warning in config.warnings:
+    pulumi.log.warn(warning)
+
+access = ClusterAccess.create("cluster", config.kubernetes.kubeconfig, config.kubernetes.context)
+
+extended_nodes = {
+    node: ExtendedResourceNode(
+        f"extended-{node}",
+        ExtendedResourceNodeArgs(access=access, node=node, resources=resources),
+    )
+    for node, resources in config.extended_resources.items()
+}
+
+gpu_pool = TaintedGpuPool(
+    "gpu-pool",
+    TaintedGpuPoolArgs(
+        access=access,
+        nodes=config.gpu_pool.nodes,
+        taint=config.gpu_pool.taint,
+        labels=config.gpu_pool.labels,
+    ),
+)
+
+pulumi.export("gpuNodes", gpu_pool.nodes)
+pulumi.export("gpuTaint", gpu_pool.taint)
+pulumi.export("gpuNodeLabels", gpu_pool.labels)
+pulumi.export("advertisedResources", {node: n.resources for node, n in extended_nodes.items()})

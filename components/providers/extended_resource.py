@@ -1,0 +1,118 @@
+"""Dynamic provider: one extended resource advertised in a node's status.
+
+create/update JSON-patch `status.capacity[<resource>]` and `status.allocatable[<resource>]`
+through /api/v1/nodes/<node>/status; delete removes exactly those two keys. read reports the
+live value, so `pulumi refresh` notices when the kubelet dropped the resource on
+re-registration and the next `pulumi up` puts it back.
+
+# Ref: https://kubernetes.io/docs/tasks/administer-cluster/extended-resource-node/
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+from pulumi.dynamic import (
+    CreateResult,
+    DiffResult,
+    ReadResult,
+    Resource,
+    ResourceProvider,
+    UpdateResult,
+)
+
+from components.providers.node_api import Connect, NodeApi, connect, json_pointer_escape
+
+# Allocatable is what the scheduler fits pods against. The kubelet derives it from capacity
+# on its next status sync; setting both makes the resource schedulable at once.
+STATUS_FIELDS = ("capacity", "allocatable")
+
+
+def live_quantity(node: dict[str, Any], resource: str) -> int | None:
+    """The advertised capacity of `resource` on `node`, or None when it is not there."""
+    value = (node.get("status") or {}).get("capacity", {}).get(resource)
+    return int(value) if value is not None else None
+
+
+class ExtendedResourceProvider(ResourceProvider):
+    """CRUD for `status.capacity[<resource>]` of one node."""
+
+    def __init__(self, connect_api: Connect = connect) -> None:
+        super().__init__()
+        self._connect = connect_api
+
+    def _api(self, props: dict[str, Any]) -> NodeApi:
+        return self._connect(props["kubeconfig"], props.get("context") or None)
+
+    def _advertise(self, props: dict[str, Any]) -> dict[str, Any]:
+        name = json_pointer_escape(props["resource"])
+        value = str(int(props["quantity"]))
+        # "add" on an object member replaces an existing value (RFC 6902, 4.1).
+        ops = [{"op": "add", "path": f"/status/{f}/{name}", "value": value} for f in STATUS_FIELDS]
+        self._api(props).patch_status(props["node"], ops)
+        return {**props, "quantity": int(props["quantity"])}
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        outs = self._advertise(props)
+        return CreateResult(id_=f"{props['node']}/{props['resource']}", outs=outs)
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        return UpdateResult(outs=self._advertise(news))
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        replaces = [k for k in ("node", "resource") if olds.get(k) != news.get(k)]
+        changed = [k for k in ("quantity", "kubeconfig", "context") if olds.get(k) != news.get(k)]
+        return DiffResult(
+            changes=bool(replaces or changed), replaces=replaces, delete_before_replace=True
+        )
+
+    def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
+        node = self._api(props).get_node(props["node"])
+        return ReadResult(
+            id_=id_, outs={**props, "quantity": live_quantity(node, props["resource"])}
+        )
+
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        api = self._api(props)
+        status = api.get_node(props["node"]).get("status") or {}
+        name = json_pointer_escape(props["resource"])
+        ops: list[dict[str, Any]] = []
+        for f in STATUS_FIELDS:
+            if props["resource"] in (status.get(f) or {}):
+                ops.append({"op": "remove", "path": f"/status/{f}/{name}"})
+        if ops:
+            api.patch_status(props["node"], ops)
+
+
+class ExtendedResource(Resource, module="gpu-cluster", name="ExtendedResource"):
+    """`status.capacity[resource] = quantity` on one node."""
+
+    node: pulumi.Output[str]
+    resource: pulumi.Output[str]
+    quantity: pulumi.Output[int | None]
+    """The live advertised count (None after the kubelet dropped it, until the next up)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        node: pulumi.Input[str],
+        resource: pulumi.Input[str],
+        quantity: pulumi.Input[int],
+        kubeconfig: pulumi.Input[str],
+        context: pulumi.Input[str] | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+        provider: ExtendedResourceProvider | None = None,
+    ) -> None:
+        props = {
+            "node": node,
+            "resource": resource,
+            "quantity": quantity,
+            "kubeconfig": pulumi.Output.secret(kubeconfig),
+            "context": context or "",
+        }
+        opts = pulumi.ResourceOptions.merge(
+            opts, pulumi.ResourceOptions(additional_secret_outputs=["kubeconfig"])
+        )
+        super().__init__(provider or ExtendedResourceProvider(), name, props, opts)

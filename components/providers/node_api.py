@@ -1,0 +1,205 @@
+"""Node access shared by the dynamic providers: one client, one retry loop, one error style.
+
+pulumi-kubernetes cannot express the two node edits this project needs: a JSON patch of the
+node's *status* subresource (extended resources) and a per-entry edit of spec.taints that
+keeps the taints Kubernetes manages. Both providers go through `NodeApi`, implemented here
+with the official `kubernetes` client (kubeconfig contexts, exec/OIDC plugins, TLS, proxies).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+FIELD_MANAGER = "gpu-cluster"
+
+
+class NodeApiError(RuntimeError):
+    """A node operation failed; the message names the node and the API server."""
+
+
+class NodeNotFound(NodeApiError):
+    """The node does not exist."""
+
+
+class Conflict(NodeApiError):
+    """The node changed since it was read (resourceVersion precondition failed)."""
+
+
+class NodeApi(Protocol):
+    """The few node calls the providers make. Nodes travel as plain JSON dicts."""
+
+    server: str
+
+    def get_node(self, name: str) -> dict[str, Any]: ...
+
+    def patch_status(self, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
+        """Apply a JSON patch (RFC 6902) to /api/v1/nodes/<name>/status."""
+        ...
+
+    def merge_patch(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """Apply a JSON merge patch to the node; a metadata.resourceVersion in it is a precondition."""
+        ...
+
+
+def json_pointer_escape(token: str) -> str:
+    """Escape one JSON-pointer token: `~` as `~0`, `/` as `~1` (RFC 6901, section 3)."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def flatten_kubeconfig(path: Path) -> str:
+    """Kubeconfig content with file references inlined, like `kubectl config view --flatten`.
+
+    The content travels to the dynamic providers as a secret input, so it must not point at
+    files relative to a laptop's working directory.
+    """
+    document = yaml.safe_load(path.read_text()) or {}
+    base = path.parent
+    refs = {
+        "clusters": ("cluster", {"certificate-authority": "certificate-authority-data"}),
+        "users": (
+            "user",
+            {"client-certificate": "client-certificate-data", "client-key": "client-key-data"},
+        ),
+    }
+    for section, (inner, keys) in refs.items():
+        for entry in document.get(section) or []:
+            body = entry.get(inner) or {}
+            for file_key, data_key in keys.items():
+                ref = body.pop(file_key, None)
+                if ref and data_key not in body:
+                    body[data_key] = base64.b64encode((base / ref).read_bytes()).decode()
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+class KubeNodeApi:
+    """NodeApi over the official kubernetes client."""
+
+    def __init__(self, kubeconfig: str, context: str | None) -> None:
+        from kubernetes import client, config
+
+        try:
+            document = yaml.safe_load(kubeconfig) if kubeconfig.strip() else None
+        except yaml.YAMLError as exc:
+            raise NodeApiError(f"the kubeconfig is not valid YAML: {exc}") from exc
+        try:
+            if document:
+                api_client = config.new_client_from_config_dict(document, context=context)
+            else:
+                api_client = config.new_client_from_config(context=context)
+        except Exception as exc:
+            raise NodeApiError(f"cannot load kubeconfig (context {context!r}): {exc}") from exc
+        self.server = str(api_client.configuration.host)
+        self._core = client.CoreV1Api(api_client)
+
+    def _call(self, node: str, what: str, fn: Callable[[], Any]) -> dict[str, Any]:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = fn()
+        except ApiException as exc:
+            raise _api_error(exc.status, _reason(exc), node, what, self.server) from exc
+        except Exception as exc:  # connection refused, DNS, TLS
+            raise NodeApiError(
+                f"cannot {what} node {node!r}: API server {self.server} unreachable: {exc}"
+            ) from exc
+        return dict(json.loads(response.data))
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        return self._call(name, "read", lambda: self._core.read_node(name, _preload_content=False))
+
+    def patch_status(self, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
+        return self._call(
+            name,
+            "patch the status of",
+            lambda: self._core.patch_node_status(
+                name,
+                ops,
+                field_manager=FIELD_MANAGER,
+                _content_type="application/json-patch+json",
+                _preload_content=False,
+            ),
+        )
+
+    def merge_patch(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self._call(
+            name,
+            "patch",
+            lambda: self._core.patch_node(
+                name,
+                patch,
+                field_manager=FIELD_MANAGER,
+                _content_type="application/merge-patch+json",
+                _preload_content=False,
+            ),
+        )
+
+
+def _reason(exc: Any) -> str:
+    try:
+        return str(json.loads(exc.body).get("message") or exc.reason)
+    except (TypeError, ValueError, AttributeError):
+        return str(exc.reason)
+
+
+def _api_error(status: int, reason: str, node: str, what: str, server: str) -> NodeApiError:
+    """Map an HTTP status to the error a platform engineer can act on."""
+    if status == 404:
+        return NodeNotFound(f"node {node!r} not found on API server {server}")
+    if status == 409:
+        return Conflict(f"node {node!r} changed on API server {server} while updating it: {reason}")
+    if status in (401, 403):
+        return NodeApiError(
+            f"API server {server} refused the credentials to {what} node {node!r} "
+            f"(HTTP {status}): {reason}"
+        )
+    return NodeApiError(
+        f"cannot {what} node {node!r} on API server {server} (HTTP {status}): {reason}"
+    )
+
+
+Connect = Callable[[str, "str | None"], NodeApi]
+Mutate = Callable[[Mapping[str, Any]], "dict[str, Any] | None"]
+
+
+def connect(kubeconfig: str, context: str | None) -> NodeApi:
+    """The production NodeApi factory; providers take another one in tests."""
+    return KubeNodeApi(kubeconfig, context)
+
+
+def update_node(
+    api: NodeApi,
+    name: str,
+    mutate: Mutate,
+    *,
+    attempts: int = 8,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """Read-modify-write of one node, retried when someone else wrote in between.
+
+    `mutate` gets the live node and returns a merge patch (without resourceVersion) or None
+    when nothing needs to change. The patch carries the resourceVersion that was read, so
+    the API server rejects it with 409 if the node moved on; the loop then re-reads and
+    re-applies `mutate` to the fresh node, so a concurrent write is never lost.
+    """
+    for attempt in range(attempts):
+        node = api.get_node(name)
+        patch = mutate(node)
+        if patch is None:
+            return node
+        version = node.get("metadata", {}).get("resourceVersion")
+        patch = {**patch, "metadata": {**patch.get("metadata", {}), "resourceVersion": version}}
+        try:
+            return api.merge_patch(name, patch)
+        except Conflict:
+            if attempt == attempts - 1:
+                raise
+            sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+    raise AssertionError("unreachable")

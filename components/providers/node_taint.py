@@ -1,0 +1,154 @@
+"""Dynamic provider: one taint on one node, added and removed entry by entry.
+
+Server-side apply treats Node.spec.taints as one atomic list, so applying "our" list would
+wipe taints that Kubernetes manages (node.kubernetes.io/unschedulable, not-ready, ...). This
+provider instead reads the node, edits only the entry with its (key, effect), and writes the
+list back with a resourceVersion precondition, retrying on conflict.
+
+If the same (key, effect) was already on the node before the stack, the provider records it:
+destroy then puts back exactly what was there, instead of removing someone else's taint.
+
+# Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pulumi
+from pulumi.dynamic import (
+    CreateResult,
+    DiffResult,
+    ReadResult,
+    Resource,
+    ResourceProvider,
+    UpdateResult,
+)
+
+from components.providers.node_api import Connect, Mutate, NodeApi, connect, update_node
+
+
+def _same(taint: Mapping[str, Any], key: str, effect: str) -> bool:
+    return taint.get("key") == key and taint.get("effect") == effect
+
+
+def find_taint(node: Mapping[str, Any], key: str, effect: str) -> dict[str, Any] | None:
+    """The node's taint with this (key, effect), or None."""
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if _same(taint, key, effect):
+            return dict(taint)
+    return None
+
+
+def taint_entry(key: str, value: str, effect: str) -> dict[str, Any]:
+    """A taint as the API stores it (an empty value is omitted)."""
+    return {"key": key, "effect": effect, **({"value": value} if value else {})}
+
+
+def set_taint(key: str, effect: str, wanted: Mapping[str, Any] | None) -> Mutate:
+    """A mutate function for update_node: make the (key, effect) entry `wanted`, or drop it.
+
+    Every other taint is kept as it is, in its place.
+    """
+
+    def mutate(node: Mapping[str, Any]) -> dict[str, Any] | None:
+        taints = list((node.get("spec") or {}).get("taints") or [])
+        current = next((t for t in taints if _same(t, key, effect)), None)
+        if current is None and wanted is None:
+            return None
+        if current is not None and wanted is not None and _equal_taint(current, wanted):
+            return None
+        new = [t for t in taints if not _same(t, key, effect)] + ([dict(wanted)] if wanted else [])
+        return {"spec": {"taints": new or None}}
+
+    return mutate
+
+
+def _equal_taint(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return all((a.get(f) or "") == (b.get(f) or "") for f in ("key", "value", "effect"))
+
+
+class NodeTaintProvider(ResourceProvider):
+    """CRUD for one (key, effect) taint on one node."""
+
+    def __init__(self, connect_api: Connect = connect) -> None:
+        super().__init__()
+        self._connect = connect_api
+
+    def _api(self, props: Mapping[str, Any]) -> NodeApi:
+        return self._connect(props["kubeconfig"], props.get("context") or None)
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        api = self._api(props)
+        node, key, effect = props["node"], props["key"], props["effect"]
+        before = find_taint(api.get_node(node), key, effect)
+        update_node(api, node, set_taint(key, effect, taint_entry(key, props["value"], effect)))
+        outs = {**props, "present": True, "previous": before}
+        return CreateResult(id_=f"{node}/{key}:{effect}", outs=outs)
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        api = self._api(news)
+        key, effect = news["key"], news["effect"]
+        update_node(
+            api, news["node"], set_taint(key, effect, taint_entry(key, news["value"], effect))
+        )
+        return UpdateResult(outs={**news, "present": True, "previous": olds.get("previous")})
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        replaces = [k for k in ("node", "key", "effect") if olds.get(k) != news.get(k)]
+        changed = [k for k in ("value", "kubeconfig", "context") if olds.get(k) != news.get(k)]
+        if not olds.get("present", True):
+            changed.append("present")  # removed behind the stack's back: put it back
+        return DiffResult(
+            changes=bool(replaces or changed), replaces=replaces, delete_before_replace=True
+        )
+
+    def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
+        live = find_taint(self._api(props).get_node(props["node"]), props["key"], props["effect"])
+        outs = {**props, "present": live is not None}
+        if live is not None:
+            outs["value"] = live.get("value") or ""
+        return ReadResult(id_=id_, outs=outs)
+
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        # Restore the entry that predates the stack, if any; otherwise remove ours.
+        mutate = set_taint(props["key"], props["effect"], props.get("previous"))
+        update_node(self._api(props), props["node"], mutate)
+
+
+class NodeTaint(Resource, module="gpu-cluster", name="NodeTaint"):
+    """One taint on one node, leaving every other taint alone."""
+
+    node: pulumi.Output[str]
+    key: pulumi.Output[str]
+    value: pulumi.Output[str]
+    effect: pulumi.Output[str]
+    previous: pulumi.Output[dict[str, Any] | None]
+    """The entry with the same (key, effect) that was on the node before; destroy restores it."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        node: pulumi.Input[str],
+        key: pulumi.Input[str],
+        value: pulumi.Input[str],
+        effect: pulumi.Input[str],
+        kubeconfig: pulumi.Input[str],
+        context: pulumi.Input[str] | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+        provider: NodeTaintProvider | None = None,
+    ) -> None:
+        props = {
+            "node": node,
+            "key": key,
+            "value": value,
+            "effect": effect,
+            "kubeconfig": pulumi.Output.secret(kubeconfig),
+            "context": context or "",
+        }
+        opts = pulumi.ResourceOptions.merge(
+            opts, pulumi.ResourceOptions(additional_secret_outputs=["kubeconfig"])
+        )
+        super().__init__(provider or NodeTaintProvider(), name, props, opts)

@@ -1,0 +1,107 @@
+"""TaintedGpuPool: taint and label the GPU nodes so only GPU pods land there."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.cluster_access import ClusterAccess
+from components.providers.node_taint import NodeTaint
+
+TOKEN = "gpu-cluster:index:TaintedGpuPool"
+
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+TAINT_EFFECTS: tuple[TaintEffect, ...] = get_args(TaintEffect)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Taint:
+    """A node taint; the default is the one the GPU Operator's daemonsets tolerate."""
+
+    key: str = "nvidia.com/gpu"
+    """Taint key (a qualified name)."""
+    value: str = "present"
+    """Taint value (may be empty)."""
+    effect: TaintEffect = "NoSchedule"
+    """NoSchedule, PreferNoSchedule or NoExecute."""
+
+    def as_dict(self) -> dict[str, str]:
+        return {"key": self.key, "value": self.value, "effect": self.effect}
+
+    def toleration(self) -> dict[str, str]:
+        """The toleration a pod needs to run on a node with this taint."""
+        return {"key": self.key, "operator": "Equal", "value": self.value, "effect": self.effect}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaintedGpuPoolArgs:
+    """Inputs of TaintedGpuPool."""
+
+    access: ClusterAccess
+    """Cluster credentials and provider."""
+    nodes: Sequence[str]
+    """GPU node names."""
+    taint: Taint = field(default_factory=Taint)
+    """Taint put on each node (other taints on the node are left alone)."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Labels put on each node (server-side apply; destroy removes only these)."""
+
+
+class TaintedGpuPool(pulumi.ComponentResource):
+    """Taints and labels GPU nodes without touching the taints Kubernetes manages."""
+
+    nodes: pulumi.Output[list[str]]
+    """GPU node names, resolved once every node is tainted and labelled."""
+    taint: pulumi.Output[dict[str, str]]
+    """The pool's taint {key, value, effect}; later layers derive tolerations from it."""
+    toleration: pulumi.Output[dict[str, str]]
+    """The toleration matching the taint."""
+    labels: pulumi.Output[dict[str, str]]
+    """Labels on every GPU node (usable as a nodeSelector)."""
+
+    def __init__(
+        self, name: str, args: TaintedGpuPoolArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(TOKEN, name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        k8s_child = pulumi.ResourceOptions(parent=self, provider=args.access.provider)
+
+        done: list[pulumi.Output[Any]] = []
+        for node in args.nodes:
+            taint = NodeTaint(
+                f"{name}-taint-{node}",
+                node=node,
+                key=args.taint.key,
+                value=args.taint.value,
+                effect=args.taint.effect,
+                kubeconfig=args.access.kubeconfig,
+                context=args.access.context,
+                opts=child,
+            )
+            done.append(taint.id)
+            if args.labels:
+                # Labels are a map, so server-side apply owns just these keys.
+                labels = k8s.core.v1.NodePatch(
+                    f"{name}-labels-{node}",
+                    metadata=k8s.meta.v1.ObjectMetaPatchArgs(name=node, labels=dict(args.labels)),
+                    opts=k8s_child,
+                )
+                done.append(labels.id)
+
+        ready = pulumi.Output.all(*done)
+        self.nodes = ready.apply(lambda _: list(args.nodes))
+        self.taint = ready.apply(lambda _: args.taint.as_dict())
+        self.toleration = ready.apply(lambda _: args.taint.toleration())
+        self.labels = ready.apply(lambda _: dict(args.labels))
+        self.register_outputs(
+            {
+                "nodes": self.nodes,
+                "taint": self.taint,
+                "toleration": self.toleration,
+                "labels": self.labels,
+            }
+        )

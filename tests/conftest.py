@@ -1,0 +1,194 @@
+"""Shared Pulumi mocks and fixtures.
+
+`run_program` runs __main__.py under Pulumi mocks with a stack's config (Pulumi.yaml defaults
+overridden by Pulumi.<stack>.yaml, as the CLI does) and returns every registration the
+program made (type, name, parent, dependencies, which inputs were secret) and the stack's
+exports, resolved. Component tests use `register` to build one component under the same mocks.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+from google.protobuf import json_format
+from pulumi.runtime import rpc, settings
+from pulumi.runtime.mocks import MockMonitor
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+SECRET_SIG = rpc._special_sig_key  # "4dabf18193072939515e22adb298388d"
+SECRET_VALUE = rpc._special_secret_sig
+
+
+@dataclass
+class Registration:
+    """One RegisterResource call, decoded for assertions."""
+
+    typ: str
+    name: str
+    urn: str
+    parent: str
+    provider: str
+    dependencies: list[str]
+    inputs: dict[str, Any]
+    secret_inputs: set[str]
+
+
+@dataclass
+class Recording:
+    """What a program or component registered under the mocks."""
+
+    resources: list[Registration] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    def of_type(self, typ: str) -> list[Registration]:
+        return [r for r in self.resources if r.typ == typ]
+
+    def named(self, name: str) -> Registration:
+        matches = [r for r in self.resources if r.name == name]
+        assert len(matches) == 1, f"expected one resource named {name!r}, got {len(matches)}"
+        return matches[0]
+
+    def by_urn(self, urn: str) -> Registration:
+        return next(r for r in self.resources if r.urn == urn)
+
+
+class Mocks(pulumi.runtime.Mocks):
+    """Echo inputs and add what the real providers compute (ids, status, metadata)."""
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        outputs = dict(args.inputs)
+        if args.typ == "pulumi-python:dynamic/gpu-cluster:ExtendedResource":
+            return f"{args.inputs['node']}/{args.inputs['resource']}", outputs
+        if args.typ == "pulumi-python:dynamic/gpu-cluster:NodeTaint":
+            outputs.update(present=True, previous=None)
+            inputs = args.inputs
+            return f"{inputs['node']}/{inputs['key']}:{inputs['effect']}", outputs
+        if args.typ.startswith("kubernetes:") and args.typ != "pulumi:providers:kubernetes":
+            metadata = dict(outputs.get("metadata") or {})
+            metadata.setdefault("name", args.name)
+            metadata.setdefault("uid", f"uid-{args.name}")
+            outputs["metadata"] = metadata
+        return f"{args.name}-id", outputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[Any]]:
+        return {}, []
+
+
+class RecordingMonitor(MockMonitor):
+    def __init__(self, mocks: pulumi.runtime.Mocks, recording: Recording) -> None:
+        super().__init__(mocks)
+        self.recording = recording
+
+    def RegisterResource(self, request: Any) -> Any:
+        response = super().RegisterResource(request)
+        if request.type == "pulumi:pulumi:Stack":
+            return response
+        raw = json_format.MessageToDict(request.object)
+        self.recording.resources.append(
+            Registration(
+                typ=request.type,
+                name=request.name,
+                urn=response.urn,
+                parent=request.parent,
+                provider=request.provider,
+                dependencies=list(request.dependencies),
+                inputs=rpc.deserialize_properties(request.object),
+                secret_inputs={k for k, v in raw.items() if _is_secret(v)},
+            )
+        )
+        return response
+
+
+def _is_secret(value: Any) -> bool:
+    return isinstance(value, dict) and value.get(SECRET_SIG) == SECRET_VALUE
+
+
+def stack_config(stack: str) -> dict[str, str]:
+    """Pulumi.yaml defaults overridden by Pulumi.<stack>.yaml, as Pulumi's raw config map."""
+    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    values: dict[str, Any] = {
+        f"gpu-cluster:{k}": spec.get("default") for k, spec in project["config"].items()
+    }
+    stack_file = ROOT / f"Pulumi.{stack}.yaml"
+    values.update((yaml.safe_load(stack_file.read_text()) or {}).get("config") or {})
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+
+
+def register(
+    build: Callable[[], Any],
+    config: Mapping[str, str] | None = None,
+    stack: str = "dev",
+    recording: Recording | None = None,
+) -> Recording:
+    """Run `build` under fresh mocks and wait for every registration to finish."""
+    recording = recording if recording is not None else Recording()
+    mocks = Mocks()
+    settings.ROOT.set(None)  # a fresh root stack, so exports of earlier tests do not linger
+    pulumi.runtime.set_all_config(dict(config or {}))
+    pulumi.runtime.set_mocks(
+        mocks,
+        project="gpu-cluster",
+        stack=stack,
+        preview=False,
+        monitor=RecordingMonitor(mocks, recording),
+    )
+
+    @pulumi.runtime.test
+    def _run() -> pulumi.Output[Any]:
+        build()
+        root = settings.get_root_resource()
+        exports = dict(getattr(root, "outputs", {}))
+        return pulumi.Output.from_input(exports).apply(recording.outputs.update)
+
+    _run()
+    return recording
+
+
+def run_program(
+    stack: str = "dev",
+    overrides: Mapping[str, Any] | None = None,
+    recording: Recording | None = None,
+) -> Recording:
+    """Run __main__.py with a stack's config (plus overrides, JSON-encoded as the CLI does)."""
+    config = stack_config(stack)
+    for key, value in (overrides or {}).items():
+        config[f"gpu-cluster:{key}"] = value if isinstance(value, str) else json.dumps(value)
+    return register(
+        lambda: runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__"),
+        config,
+        stack,
+        recording,
+    )
+
+
+@pytest.fixture
+def empty_kubeconfig_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """A kubeconfig file the program can read, so tests never touch ~/.kube/config."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443"}}],
+                "users": [{"name": "u", "user": {"token": "test-token"}}],
+                "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "ctx",
+            }
+        )
+    )
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    yield path

@@ -1,0 +1,92 @@
+"""The whole program under Pulumi mocks with each stack's config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stack_config import ConfigError
+from tests.conftest import ROOT, Recording, run_program
+
+
+@pytest.fixture(autouse=True)
+def _kubeconfig(empty_kubeconfig_env: Path) -> None:
+    """Every program run reads this throwaway kubeconfig, never the developer's."""
+
+
+def test_main_docstring_names_the_layers_in_order() -> None:
+    doc = (ROOT / "__main__.py").read_text().split('"""')[1]
+    layers = [
+        "ExtendedResourceNode",
+        "TaintedGpuPool",
+        "ControlPlaneFeatures",
+        "GpuOperator",
+        "BinpackScheduler",
+        "OpaGate",
+        "MonitoringStack",
+    ]
+    positions = [doc.index(layer) for layer in layers]
+    assert positions == sorted(positions)
+
+
+def test_main_dev_declares_components_for_pool_and_extended_resources() -> None:
+    recording = run_program("dev")
+    components = sorted(
+        (r.typ, r.name) for r in recording.resources if r.typ.startswith("gpu-cluster:")
+    )
+    assert components == [
+        ("gpu-cluster:index:ExtendedResourceNode", "extended-lab-worker-1"),
+        ("gpu-cluster:index:TaintedGpuPool", "gpu-pool"),
+    ]
+
+
+def test_main_every_kubernetes_object_uses_the_explicit_provider() -> None:
+    recording = run_program("dev")
+    provider = recording.named("cluster")
+    assert provider.typ == "pulumi:providers:kubernetes"
+    assert provider.inputs["context"] == "kubernetes-admin@lab"
+    assert "kubeconfig" in provider.secret_inputs
+    objects = [r for r in recording.resources if r.typ.startswith("kubernetes:")]
+    assert objects
+    assert all(r.provider.startswith(provider.urn + "::") for r in objects)
+
+
+def test_main_dev_values_reach_the_dynamic_providers() -> None:
+    recording = run_program("dev")
+    taints = recording.of_type("pulumi-python:dynamic/gpu-cluster:NodeTaint")
+    assert sorted(t.inputs["node"] for t in taints) == ["lab-gpu-1", "lab-gpu-2"]
+    (dongle,) = recording.of_type("pulumi-python:dynamic/gpu-cluster:ExtendedResource")
+    assert (dongle.inputs["node"], dongle.inputs["resource"], dongle.inputs["quantity"]) == (
+        "lab-worker-1",
+        "example.com/dongle",
+        4,
+    )
+    # The kubeconfig the program found (KUBECONFIG) travels as a secret.
+    assert "kubeconfig" in dongle.secret_inputs
+
+
+def test_main_prod_taints_with_noexecute() -> None:
+    recording = run_program("prod")
+    taints = recording.of_type("pulumi-python:dynamic/gpu-cluster:NodeTaint")
+    assert len(taints) == 4
+    assert {t.inputs["effect"] for t in taints} == {"NoExecute"}
+
+
+def test_main_exports_gpu_nodes_taint_and_advertised_resources() -> None:
+    recording = run_program("dev")
+    assert recording.outputs["gpuNodes"] == ["lab-gpu-1", "lab-gpu-2"]
+    assert recording.outputs["gpuTaint"] == {
+        "key": "nvidia.com/gpu",
+        "value": "present",
+        "effect": "NoSchedule",
+    }
+    assert recording.outputs["advertisedResources"] == {"lab-worker-1": {"example.com/dongle": 4}}
+
+
+def test_main_bad_config_declares_nothing() -> None:
+    recording = Recording()
+    bad = {"gpuPool": {"nodes": ["lab-gpu-1"], "taint": {"effect": "Sometimes"}}}
+    with pytest.raises(ConfigError, match=r"gpuPool\.taint\.effect: got 'Sometimes'"):
+        run_program("dev", bad, recording)
+    assert recording.resources == []

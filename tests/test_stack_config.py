@@ -1,0 +1,205 @@
+"""The config module: defaults, the dev/prod stacks, and one test per rejected input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from stack_config import ConfigError, StackConfig, decode_raw_config, parse_stack_config
+from tests.conftest import stack_config
+
+
+def _parse(**values: Any) -> StackConfig:
+    """Parse a config of a minimal inventory plus `values`."""
+    base: dict[str, Any] = {"nodes": [{"name": "gpu-1"}, {"name": "gpu-2"}, {"name": "cpu-1"}]}
+    return parse_stack_config({**base, **values})
+
+
+def _problems(**values: Any) -> list[str]:
+    with pytest.raises(ConfigError) as excinfo:
+        _parse(**values)
+    return [str(p) for p in excinfo.value.problems]
+
+
+def test_config_defaults_apply_when_keys_are_absent() -> None:
+    config = parse_stack_config({})
+    assert config.kubernetes_version == "v1.34.4"
+    assert config.gpu_pool.taint.as_dict() == {
+        "key": "nvidia.com/gpu",
+        "value": "present",
+        "effect": "NoSchedule",
+    }
+    assert config.gpu_pool.labels == {"gpu-cluster.io/pool": "gpu"}
+    assert config.scheduler.name == "gpu-binpack-scheduler"
+    assert config.kubernetes.context is None
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_config_stack_files_are_valid(stack: str) -> None:
+    config = parse_stack_config(decode_raw_config(stack_config(stack)))
+    assert config.gpu_pool.nodes
+    assert set(config.gpu_pool.nodes) <= {n.name for n in config.nodes}
+
+
+def test_config_dev_and_prod_differ_in_nodes_version_and_taint_effect() -> None:
+    dev = parse_stack_config(decode_raw_config(stack_config("dev")))
+    prod = parse_stack_config(decode_raw_config(stack_config("prod")))
+    assert set(dev.gpu_pool.nodes).isdisjoint(prod.gpu_pool.nodes)
+    assert dev.kubernetes_version != prod.kubernetes_version
+    assert (dev.gpu_pool.taint.effect, prod.gpu_pool.taint.effect) == ("NoSchedule", "NoExecute")
+
+
+def test_config_rejects_extended_resource_without_domain() -> None:
+    problems = _problems(extendedResources={"cpu-1": {"dongle": 4}})
+    assert problems == [
+        "gpu-cluster:extendedResources.cpu-1.dongle: got 'dongle'; not an extended resource "
+        "name: must be 'domain/name', e.g. example.com/dongle"
+    ]
+
+
+def test_config_rejects_extended_resource_in_kubernetes_io_domain() -> None:
+    problems = _problems(extendedResources={"cpu-1": {"kubernetes.io/dongle": 1}})
+    assert "the kubernetes.io domain is reserved" in problems[0]
+    assert problems[0].startswith("gpu-cluster:extendedResources.cpu-1.kubernetes.io/dongle:")
+
+
+def test_config_rejects_extended_resource_in_kubernetes_io_subdomain() -> None:
+    problems = _problems(extendedResources={"cpu-1": {"node.kubernetes.io/x": 1}})
+    assert "the kubernetes.io domain is reserved" in problems[0]
+
+
+def test_config_rejects_requests_prefixed_extended_resource() -> None:
+    problems = _problems(extendedResources={"cpu-1": {"requests.example.com/dongle": 1}})
+    assert problems == [
+        "gpu-cluster:extendedResources.cpu-1.requests.example.com/dongle: got "
+        "'requests.example.com/dongle'; not an extended resource name: must not start with "
+        "'requests.'"
+    ]
+
+
+@pytest.mark.parametrize("quantity", [1.5, -1, "four", True, None])
+def test_config_rejects_non_integer_or_negative_quantity(quantity: Any) -> None:
+    problems = _problems(extendedResources={"cpu-1": {"example.com/dongle": quantity}})
+    assert problems == [
+        f"gpu-cluster:extendedResources.cpu-1.example.com/dongle: got {quantity!r}; "
+        "expected a non-negative integer"
+    ]
+
+
+def test_config_rejects_unknown_taint_effect() -> None:
+    problems = _problems(gpuPool={"nodes": ["gpu-1"], "taint": {"effect": "NoScheduled"}})
+    assert problems == [
+        "gpu-cluster:gpuPool.taint.effect: got 'NoScheduled'; "
+        "allowed: NoSchedule, PreferNoSchedule, NoExecute"
+    ]
+
+
+def test_config_rejects_node_listed_twice_in_inventory() -> None:
+    problems = _problems(nodes=[{"name": "gpu-1"}, {"name": "gpu-1"}])
+    assert problems == [
+        "gpu-cluster:nodes[1].name: got 'gpu-1'; each node may be listed once; it is listed twice"
+    ]
+
+
+def test_config_rejects_node_listed_twice_in_pool() -> None:
+    problems = _problems(gpuPool={"nodes": ["gpu-1", "gpu-1"]})
+    assert problems == [
+        "gpu-cluster:gpuPool.nodes[1]: got 'gpu-1'; each node may be listed once; it is listed twice"
+    ]
+
+
+def test_config_rejects_extended_resource_on_node_outside_inventory() -> None:
+    problems = _problems(extendedResources={"ghost": {"example.com/dongle": 1}})
+    assert problems == [
+        "gpu-cluster:extendedResources.ghost: got 'ghost'; node is not in gpu-cluster:nodes"
+    ]
+
+
+def test_config_rejects_pool_node_outside_inventory() -> None:
+    problems = _problems(gpuPool={"nodes": ["gpu-9"]})
+    assert problems == [
+        "gpu-cluster:gpuPool.nodes[0]: got 'gpu-9'; node is not in gpu-cluster:nodes"
+    ]
+
+
+@pytest.mark.parametrize("name", ["GPU-Binpack", "gpu_binpack", "-gpu", "a" * 64, "gpu.binpack"])
+def test_config_rejects_scheduler_name_that_is_not_a_dns1123_label(name: str) -> None:
+    problems = _problems(scheduler={"name": name})
+    assert problems == [
+        f"gpu-cluster:scheduler.name: got {name!r}; expected a DNS-1123 label "
+        "(lowercase alphanumerics and '-', <= 63)"
+    ]
+
+
+def test_config_rejects_unknown_top_level_key() -> None:
+    problems = _problems(gpuPools={"nodes": []})
+    assert len(problems) == 1
+    assert problems[0].startswith(
+        "gpu-cluster:gpuPools: got {'nodes': []}; unknown key; declared keys: "
+    )
+    assert "gpuPool," in problems[0]
+
+
+def test_config_rejects_unknown_nested_key() -> None:
+    problems = _problems(gpuPool={"nodes": ["gpu-1"], "taints": {}})
+    assert problems == [
+        "gpu-cluster:gpuPool.taints: got {}; unknown key; allowed: nodes, taint, labels"
+    ]
+
+
+def test_config_rejects_invalid_node_name() -> None:
+    problems = _problems(nodes=[{"name": "GPU_1"}])
+    assert problems == [
+        "gpu-cluster:nodes[0].name: got 'GPU_1'; expected a Kubernetes node name (DNS-1123 subdomain)"
+    ]
+
+
+def test_config_rejects_invalid_label_value() -> None:
+    problems = _problems(gpuPool={"nodes": ["gpu-1"], "labels": {"gpu-cluster.io/pool": "a b"}})
+    assert problems == [
+        "gpu-cluster:gpuPool.labels.gpu-cluster.io/pool: got 'a b'; "
+        "label value must be <= 63 alphanumerics, '-', '_' or '.'"
+    ]
+
+
+def test_config_rejects_malformed_kubernetes_version() -> None:
+    problems = _problems(kubernetesVersion="1.34")
+    assert problems == [
+        "gpu-cluster:kubernetesVersion: got '1.34'; expected vMAJOR.MINOR.PATCH, e.g. v1.34.4"
+    ]
+
+
+def test_config_warns_on_untested_kubernetes_version() -> None:
+    config = _parse(kubernetesVersion="v1.30.2")
+    assert config.warnings == (
+        "gpu-cluster:kubernetesVersion v1.30.2 is outside the tested range v1.33-v1.35",
+    )
+
+
+def test_config_reports_every_problem_together() -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        _parse(
+            gpuPool={"nodes": ["gpu-9"], "taint": {"effect": "Never"}},
+            extendedResources={"cpu-1": {"dongle": -2}},
+            scheduler={"name": "Bad_Name"},
+        )
+    keys = [p.key for p in excinfo.value.problems]
+    assert keys == [
+        "gpuPool.nodes[0]",
+        "gpuPool.taint.effect",
+        "extendedResources.cpu-1.dongle",
+        "scheduler.name",
+    ]
+    assert "4 problem(s)" in str(excinfo.value)
+
+
+def test_config_decodes_structured_values_from_pulumi_json_text() -> None:
+    decoded = decode_raw_config(
+        {
+            "gpu-cluster:nodes": '[{"name": "a"}]',
+            "gpu-cluster:kubeconfig": "~/kc",
+            "aws:region": "x",
+        }
+    )
+    assert decoded == {"nodes": [{"name": "a"}], "kubeconfig": "~/kc"}
