@@ -5,7 +5,7 @@ Layers, in the order they are built:
   2. TaintedGpuPool        - taint and label the GPU nodes, keeping Kubernetes' own taints.
   3. ControlPlaneFeatures  - admission plugins and feature gates over SSH (not built yet).
   4. GpuOperator           - NVIDIA GPU Operator Helm release (not built yet).
-  5. BinpackScheduler      - second kube-scheduler that packs GPU pods (not built yet).
+  5. BinpackScheduler      - second kube-scheduler that packs GPU pods onto the fewest nodes.
   6. OpaGate               - admission that keeps GPU pods on that scheduler (not built yet).
   7. MonitoringStack       - Prometheus, DCGM metrics, dashboard and alerts (not built yet).
 
@@ -15,6 +15,8 @@ This file only wires: read the validated config, build each layer, export output
 import pulumi
 
 from components import (
+    BinpackScheduler,
+    BinpackSchedulerArgs,
     ClusterAccess,
     ExtendedResourceNode,
     ExtendedResourceNodeArgs,
@@ -47,7 +49,19 @@ gpu_pool = TaintedGpuPool(
     ),
 )
 
+scheduler = BinpackScheduler(
+    "binpack-scheduler",
+    BinpackSchedulerArgs(
+        access=access,
+        kubernetes_version=config.kubernetes_version,
+        profile=config.scheduler.profile,
+        replicas=config.scheduler.replicas,
+    ),
+)
+
 pulumi.export("gpuNodes", gpu_pool.nodes)
 pulumi.export("gpuTaint", gpu_pool.taint)
 pulumi.export("gpuNodeLabels", gpu_pool.labels)
+pulumi.export("schedulerName", scheduler.scheduler_name)
+pulumi.export("schedulerConfig", scheduler.config_yaml)
 pulumi.export("advertisedResources", {node: n.resources for node, n in extended_nodes.items()})

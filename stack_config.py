@@ -22,6 +22,13 @@ from typing import Any, TypeVar, cast
 import pulumi
 import yaml
 
+from components.binpack_scheduler import (
+    DEFAULT_SHAPE,
+    DEFAULT_WEIGHTS,
+    ResourceWeight,
+    SchedulerProfile,
+    ShapePoint,
+)
 from components.tainted_gpu_pool import TAINT_EFFECTS, Taint, TaintEffect
 
 PROJECT = "gpu-cluster"
@@ -80,8 +87,15 @@ class GpuPoolConfig:
 class SchedulerConfig:
     """The bin-packing kube-scheduler."""
 
-    name: str = "gpu-binpack-scheduler"
-    """Profile schedulerName that GPU pods must use (a DNS-1123 label)."""
+    profile: SchedulerProfile = field(default_factory=SchedulerProfile)
+    """Name, scoring shape, resource weights, percentageOfNodesToScore."""
+    replicas: int = 2
+    """Deployment replicas (leader-elected)."""
+
+    @property
+    def name(self) -> str:
+        """Profile schedulerName that GPU pods must use."""
+        return self.profile.scheduler_name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -370,8 +384,57 @@ def _extended_resources(
     return result
 
 
+def _int_in(r: _Reader, key: str, value: Any, low: int, high: int) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        r.problem(key, value, f"expected an integer from {low} to {high}")
+        return None
+    return value
+
+
+def _shape(r: _Reader, raw: Any) -> tuple[ShapePoint, ...]:
+    if raw is None:
+        return DEFAULT_SHAPE
+    if not isinstance(raw, list) or len(raw) < 2:
+        r.problem("scheduler.shape", raw, "expected at least two {utilization, score} points")
+        return DEFAULT_SHAPE
+    points: list[ShapePoint] = []
+    for i, item in enumerate(raw):
+        key = f"scheduler.shape[{i}]"
+        entry = r.obj(key, item, ("utilization", "score"))
+        utilization = _int_in(r, f"{key}.utilization", entry.get("utilization"), 0, 100)
+        score = _int_in(r, f"{key}.score", entry.get("score"), 0, 10)
+        if utilization is None or score is None:
+            continue
+        if points and utilization <= points[-1].utilization:
+            r.problem(
+                f"{key}.utilization",
+                utilization,
+                f"utilizations must strictly increase; previous is {points[-1].utilization}",
+            )
+            continue
+        points.append(ShapePoint(utilization=utilization, score=score))
+    return tuple(points)
+
+
+def _weights(r: _Reader, raw: Any) -> tuple[ResourceWeight, ...]:
+    if raw is None:
+        return DEFAULT_WEIGHTS
+    if not isinstance(raw, Mapping) or not raw:
+        r.problem("scheduler.resourceWeights", raw, "expected {resource name: weight >= 1}")
+        return DEFAULT_WEIGHTS
+    weights: list[ResourceWeight] = []
+    for name, weight in raw.items():
+        key = f"scheduler.resourceWeights.{name}"
+        if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+            r.problem(key, weight, "expected an integer weight >= 1")
+            continue
+        weights.append(ResourceWeight(name=str(name), weight=weight))
+    return tuple(weights)
+
+
 def _scheduler(r: _Reader, raw: Any) -> SchedulerConfig:
-    entry = r.obj("scheduler", raw, ("name",))
+    fields = ("name", "replicas", "shape", "resourceWeights", "percentageOfNodesToScore")
+    entry = r.obj("scheduler", raw, fields)
     default = SchedulerConfig()
     name = r.string("scheduler.name", entry.get("name"), default.name)
     r.checked(
@@ -380,7 +443,21 @@ def _scheduler(r: _Reader, raw: Any) -> SchedulerConfig:
         is_dns1123_label,
         "expected a DNS-1123 label (lowercase alphanumerics and '-', <= 63)",
     )
-    return SchedulerConfig(name=name)
+    replicas = default.replicas
+    if "replicas" in entry:
+        replicas = _int_in(r, "scheduler.replicas", entry["replicas"], 1, 5) or default.replicas
+    percentage = None
+    if entry.get("percentageOfNodesToScore") is not None:
+        percentage = _int_in(
+            r, "scheduler.percentageOfNodesToScore", entry["percentageOfNodesToScore"], 0, 100
+        )
+    profile = SchedulerProfile(
+        scheduler_name=name,
+        shape=_shape(r, entry.get("shape")),
+        resources=_weights(r, entry.get("resourceWeights")),
+        percentage_of_nodes_to_score=percentage,
+    )
+    return SchedulerConfig(profile=profile, replicas=replicas)
 
 
 # --------------------------------------------------------------------------- entry points

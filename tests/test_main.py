@@ -30,12 +30,13 @@ def test_main_docstring_names_the_layers_in_order() -> None:
     assert positions == sorted(positions)
 
 
-def test_main_dev_declares_components_for_pool_and_extended_resources() -> None:
+def test_main_dev_declares_one_component_per_layer_built() -> None:
     recording = run_program("dev")
     components = sorted(
         (r.typ, r.name) for r in recording.resources if r.typ.startswith("gpu-cluster:")
     )
     assert components == [
+        ("gpu-cluster:index:BinpackScheduler", "binpack-scheduler"),
         ("gpu-cluster:index:ExtendedResourceNode", "extended-lab-worker-1"),
         ("gpu-cluster:index:TaintedGpuPool", "gpu-pool"),
     ]
@@ -82,6 +83,18 @@ def test_main_exports_gpu_nodes_taint_and_advertised_resources() -> None:
         "effect": "NoSchedule",
     }
     assert recording.outputs["advertisedResources"] == {"lab-worker-1": {"example.com/dongle": 4}}
+    assert recording.outputs["schedulerName"] == "gpu-binpack-scheduler"
+
+
+def test_main_scheduler_replicas_and_image_follow_the_stack() -> None:
+    for stack, replicas, image in (
+        ("dev", 1, "registry.k8s.io/kube-scheduler:v1.33.13"),
+        ("prod", 2, "registry.k8s.io/kube-scheduler:v1.34.4"),
+    ):
+        (deployment,) = run_program(stack).of_type("kubernetes:apps/v1:Deployment")
+        spec = deployment.inputs["spec"]
+        assert spec["replicas"] == replicas
+        assert spec["template"]["spec"]["containers"][0]["image"] == image
 
 
 def test_main_bad_config_declares_nothing() -> None:

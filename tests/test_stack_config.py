@@ -203,3 +203,60 @@ def test_config_decodes_structured_values_from_pulumi_json_text() -> None:
         }
     )
     assert decoded == {"nodes": [{"name": "a"}], "kubeconfig": "~/kc"}
+
+
+def test_config_scheduler_defaults_match_the_binpack_profile() -> None:
+    profile = _parse().scheduler.profile
+    assert [(p.utilization, p.score) for p in profile.shape] == [(0, 0), (100, 10)]
+    assert [(w.name, w.weight) for w in profile.resources] == [
+        ("nvidia.com/gpu", 100),
+        ("cpu", 1),
+        ("memory", 1),
+    ]
+
+
+@pytest.mark.parametrize("weight", [0, -3, 1.5, "100"])
+def test_config_rejects_scheduler_weight_below_one(weight: Any) -> None:
+    problems = _problems(scheduler={"resourceWeights": {"nvidia.com/gpu": weight}})
+    assert problems == [
+        f"gpu-cluster:scheduler.resourceWeights.nvidia.com/gpu: got {weight!r}; "
+        "expected an integer weight >= 1"
+    ]
+
+
+def test_config_rejects_shape_utilization_not_strictly_increasing() -> None:
+    shape = [
+        {"utilization": 0, "score": 0},
+        {"utilization": 50, "score": 5},
+        {"utilization": 50, "score": 10},
+    ]
+    problems = _problems(scheduler={"shape": shape})
+    assert problems == [
+        "gpu-cluster:scheduler.shape[2].utilization: got 50; utilizations must strictly increase; previous is 50"
+    ]
+
+
+def test_config_rejects_shape_utilization_above_100() -> None:
+    problems = _problems(
+        scheduler={"shape": [{"utilization": 0, "score": 0}, {"utilization": 120, "score": 10}]}
+    )
+    assert problems == [
+        "gpu-cluster:scheduler.shape[1].utilization: got 120; expected an integer from 0 to 100"
+    ]
+
+
+def test_config_rejects_shape_score_above_10() -> None:
+    problems = _problems(
+        scheduler={"shape": [{"utilization": 0, "score": 0}, {"utilization": 100, "score": 11}]}
+    )
+    assert problems == [
+        "gpu-cluster:scheduler.shape[1].score: got 11; expected an integer from 0 to 10"
+    ]
+
+
+def test_config_rejects_shape_with_one_point() -> None:
+    problems = _problems(scheduler={"shape": [{"utilization": 0, "score": 0}]})
+    assert problems == [
+        "gpu-cluster:scheduler.shape: got [{'utilization': 0, 'score': 0}]; "
+        "expected at least two {utilization, score} points"
+    ]

@@ -1,0 +1,314 @@
+"""BinpackScheduler: a second kube-scheduler that packs GPU pods onto the fewest nodes.
+
+The default profile spreads pods (LeastAllocated), so two 4-GPU nodes that each hold a 1-GPU
+pod leave no room for a 2-GPU pod. This profile scores nodes by how full they would be
+(NodeResourcesFit with the RequestedToCapacityRatio scoring strategy), weighting GPUs far
+above cpu and memory, so GPU pods fill one node before the next.
+
+# Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/resource-bin-packing/
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+from components.cluster_access import ClusterAccess
+
+TOKEN = "gpu-cluster:index:BinpackScheduler"
+CONFIG_KEY = "config.yaml"
+CONFIG_DIR = "/etc/kubernetes/gpu-binpack-scheduler"
+SECURE_PORT = 10259
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShapePoint:
+    """One point of the utilization -> score curve."""
+
+    utilization: int
+    """Requested / allocatable, in percent (0..100)."""
+    score: int
+    """Score at that utilization (0..10)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResourceWeight:
+    """How much one resource counts in the node score."""
+
+    name: str
+    """Resource name, e.g. nvidia.com/gpu."""
+    weight: int
+    """Weight (>= 1)."""
+
+
+DEFAULT_SHAPE = (ShapePoint(utilization=0, score=0), ShapePoint(utilization=100, score=10))
+DEFAULT_WEIGHTS = (
+    ResourceWeight(name="nvidia.com/gpu", weight=100),
+    ResourceWeight(name="cpu", weight=1),
+    ResourceWeight(name="memory", weight=1),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerProfile:
+    """What the KubeSchedulerConfiguration says; rendered by `render_config`."""
+
+    scheduler_name: str = "gpu-binpack-scheduler"
+    """Profile schedulerName that GPU pods set in spec.schedulerName."""
+    shape: Sequence[ShapePoint] = DEFAULT_SHAPE
+    """Utilization -> score curve; rising means bin-packing."""
+    resources: Sequence[ResourceWeight] = DEFAULT_WEIGHTS
+    """Resources scored, with weights."""
+    percentage_of_nodes_to_score: int | None = None
+    """Share of feasible nodes scored per pod; None keeps the scheduler's adaptive default."""
+    leader_elect: bool = True
+    """Take part in leader election (off only for a single local process)."""
+    lease_namespace: str = "kube-system"
+    """Namespace of the scheduler's own Lease."""
+
+
+def render_config(profile: SchedulerProfile, kubeconfig: str | None = None) -> dict[str, Any]:
+    """The KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) for `profile`.
+
+    With `kubeconfig`, the scheduler connects with that file (local runs); without, it uses
+    its in-cluster service-account credentials.
+    """
+    fit_args = {
+        "scoringStrategy": {
+            "type": "RequestedToCapacityRatio",
+            "resources": [{"name": r.name, "weight": r.weight} for r in profile.resources],
+            "requestedToCapacityRatio": {
+                "shape": [{"utilization": p.utilization, "score": p.score} for p in profile.shape]
+            },
+        }
+    }
+    entry: dict[str, Any] = {
+        "schedulerName": profile.scheduler_name,
+        "pluginConfig": [{"name": "NodeResourcesFit", "args": fit_args}],
+    }
+    if profile.percentage_of_nodes_to_score is not None:
+        entry["percentageOfNodesToScore"] = profile.percentage_of_nodes_to_score
+    config: dict[str, Any] = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        # Its own Lease, so it never contends with the cluster's kube-scheduler and two
+        # replicas of this scheduler never both schedule.
+        "leaderElection": {
+            "leaderElect": profile.leader_elect,
+            "resourceName": profile.scheduler_name,
+            "resourceNamespace": profile.lease_namespace,
+        },
+        "profiles": [entry],
+    }
+    if kubeconfig:
+        config["clientConnection"] = {"kubeconfig": kubeconfig}
+    return config
+
+
+def render_config_yaml(profile: SchedulerProfile, kubeconfig: str | None = None) -> str:
+    return yaml.safe_dump(render_config(profile, kubeconfig), sort_keys=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BinpackSchedulerArgs:
+    """Inputs of BinpackScheduler."""
+
+    access: ClusterAccess
+    """Cluster provider."""
+    kubernetes_version: str
+    """Cluster version, e.g. v1.34.4; picks the kube-scheduler image tag."""
+    profile: SchedulerProfile = field(default_factory=SchedulerProfile)
+    """The scheduling profile."""
+    replicas: int = 2
+    """Replicas; leader election makes more than one safe."""
+    namespace: str = "kube-system"
+    """Namespace of the Deployment (kube-system, beside the cluster's own scheduler)."""
+    image_repository: str = "registry.k8s.io/kube-scheduler"
+    """Image repository; the tag is kubernetes_version."""
+    requests: Mapping[str, str] = field(default_factory=lambda: {"cpu": "100m", "memory": "128Mi"})
+    """Container resource requests."""
+
+
+class BinpackScheduler(pulumi.ComponentResource):
+    """Runs kube-scheduler with a bin-packing profile as a Deployment."""
+
+    scheduler_name: pulumi.Output[str]
+    """spec.schedulerName GPU pods must use; resolves once the Deployment exists."""
+    config_yaml: pulumi.Output[str]
+    """The rendered KubeSchedulerConfiguration."""
+    namespace: pulumi.Output[str]
+    """Namespace of the Deployment and its Lease."""
+
+    def __init__(
+        self, name: str, args: BinpackSchedulerArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(TOKEN, name, None, opts)
+        child = pulumi.ResourceOptions(parent=self, provider=args.access.provider)
+        profile = args.profile
+        ns = args.namespace
+        sched = profile.scheduler_name
+        config_yaml = render_config_yaml(profile)
+        labels = {"app.kubernetes.io/name": sched, "app.kubernetes.io/part-of": "gpu-cluster"}
+        meta = k8s.meta.v1.ObjectMetaArgs(name=sched, namespace=ns, labels=labels)
+
+        config_map = k8s.core.v1.ConfigMap(
+            f"{name}-config", metadata=meta, data={CONFIG_KEY: config_yaml}, opts=child
+        )
+        account = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=meta, opts=child)
+        subject = k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=sched, namespace=ns)
+
+        def bind(
+            suffix: str, role_kind: str, role: pulumi.Input[str], namespace: str | None
+        ) -> pulumi.Resource:
+            """Bind the service account to `role`: cluster-wide, or in `namespace`."""
+            metadata = k8s.meta.v1.ObjectMetaArgs(
+                name=f"{sched}:{suffix}", namespace=namespace, labels=labels
+            )
+            role_ref = k8s.rbac.v1.RoleRefArgs(
+                api_group="rbac.authorization.k8s.io", kind=role_kind, name=role
+            )
+            if namespace is None:
+                return k8s.rbac.v1.ClusterRoleBinding(
+                    f"{name}-{suffix}",
+                    metadata=metadata,
+                    role_ref=role_ref,
+                    subjects=[subject],
+                    opts=child,
+                )
+            return k8s.rbac.v1.RoleBinding(
+                f"{name}-{suffix}",
+                metadata=metadata,
+                role_ref=role_ref,
+                subjects=[subject],
+                opts=child,
+            )
+
+        # system:kube-scheduler may get/update only the Lease named kube-scheduler; this
+        # scheduler's own Lease needs the same two verbs on its own name.
+        lease_role = k8s.rbac.v1.Role(
+            f"{name}-lease",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=f"{sched}:lease", namespace=profile.lease_namespace, labels=labels
+            ),
+            rules=[
+                k8s.rbac.v1.PolicyRuleArgs(
+                    api_groups=["coordination.k8s.io"],
+                    resources=["leases"],
+                    resource_names=[sched],
+                    verbs=["get", "update"],
+                )
+            ],
+            opts=child,
+        )
+        bindings = [
+            # The two roles kubeadm's own scheduler has; nothing broader.
+            bind("kube-scheduler", "ClusterRole", "system:kube-scheduler", None),
+            bind("volume-scheduler", "ClusterRole", "system:volume-scheduler", None),
+            # Delegated authentication of the HTTPS endpoint reads a ConfigMap in kube-system.
+            bind("auth-reader", "Role", "extension-apiserver-authentication-reader", "kube-system"),
+            bind("lease", "Role", lease_role.metadata.name, profile.lease_namespace),
+        ]
+
+        probe = {"scheme": "HTTPS", "port": SECURE_PORT}
+        spec: Any = {
+            "replicas": args.replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    # A new config rolls the pods; the scheduler reads it only at start.
+                    "annotations": {
+                        "gpu-cluster.io/config-sha256": hashlib.sha256(
+                            config_yaml.encode()
+                        ).hexdigest()
+                    },
+                },
+                "spec": {
+                    "serviceAccountName": account.metadata.name,
+                    "priorityClassName": "system-cluster-critical",
+                    "tolerations": [
+                        {
+                            "key": "node-role.kubernetes.io/control-plane",
+                            "operator": "Exists",
+                            "effect": "NoSchedule",
+                        }
+                    ],
+                    "affinity": {
+                        "podAntiAffinity": {
+                            "preferredDuringSchedulingIgnoredDuringExecution": [
+                                {
+                                    "weight": 100,
+                                    "podAffinityTerm": {
+                                        "topologyKey": "kubernetes.io/hostname",
+                                        "labelSelector": {"matchLabels": labels},
+                                    },
+                                }
+                            ]
+                        }
+                    },
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 65532,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [
+                        {
+                            "name": "kube-scheduler",
+                            "image": f"{args.image_repository}:{args.kubernetes_version}",
+                            "command": [
+                                "kube-scheduler",
+                                f"--config={CONFIG_DIR}/{CONFIG_KEY}",
+                                f"--secure-port={SECURE_PORT}",
+                                "--v=2",
+                            ],
+                            "ports": [{"name": "https", "containerPort": SECURE_PORT}],
+                            "livenessProbe": {
+                                "httpGet": {**probe, "path": "/livez"},
+                                "initialDelaySeconds": 15,
+                                "periodSeconds": 10,
+                                "failureThreshold": 8,
+                            },
+                            "readinessProbe": {
+                                "httpGet": {**probe, "path": "/readyz"},
+                                "periodSeconds": 10,
+                            },
+                            "resources": {"requests": dict(args.requests)},
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "readOnlyRootFilesystem": True,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "volumeMounts": [
+                                {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "config", "configMap": {"name": config_map.metadata.name}}
+                    ],
+                },
+            },
+        }
+        deployment = k8s.apps.v1.Deployment(
+            f"{name}-deployment",
+            metadata=meta,
+            spec=spec,
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=bindings)),
+        )
+
+        self.scheduler_name = deployment.metadata.apply(lambda _: sched)
+        self.config_yaml = pulumi.Output.from_input(config_yaml)
+        self.namespace = deployment.metadata.apply(lambda _: ns)
+        self.register_outputs(
+            {
+                "scheduler_name": self.scheduler_name,
+                "config_yaml": self.config_yaml,
+                "namespace": self.namespace,
+            }
+        )

@@ -1,0 +1,166 @@
+"""BinpackScheduler: the rendered KubeSchedulerConfiguration and the objects under mocks.
+
+tests/integration/test_binpack_scheduler_live.py runs the rendered config in the real
+kube-scheduler.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from components import (
+    BinpackScheduler,
+    BinpackSchedulerArgs,
+    ClusterAccess,
+    ResourceWeight,
+    SchedulerProfile,
+    ShapePoint,
+)
+from components.binpack_scheduler import render_config
+from tests.conftest import Recording, register
+
+captured: dict[str, Any] = {}
+
+
+def _make_scheduler(**overrides: Any) -> Recording:
+    def build() -> None:
+        access = ClusterAccess.create("cluster", "apiVersion: v1\nkind: Config\n", None)
+        args: dict[str, Any] = {"access": access, "kubernetes_version": "v1.34.4", **overrides}
+        scheduler = BinpackScheduler("binpack", BinpackSchedulerArgs(**args))
+        scheduler.scheduler_name.apply(lambda n: captured.update(name=n))
+        scheduler.config_yaml.apply(lambda c: captured.update(config=c))
+
+    captured.clear()
+    return register(build)
+
+
+def _deployment(recording: Recording) -> dict[str, Any]:
+    (deployment,) = recording.of_type("kubernetes:apps/v1:Deployment")
+    return deployment.inputs
+
+
+def test_binpack_scheduler_config_uses_v1_and_requested_to_capacity_ratio() -> None:
+    config = render_config(SchedulerProfile())
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    (profile,) = config["profiles"]
+    assert profile["schedulerName"] == "gpu-binpack-scheduler"
+    (plugin,) = profile["pluginConfig"]
+    assert plugin["name"] == "NodeResourcesFit"
+    strategy = plugin["args"]["scoringStrategy"]
+    assert strategy["type"] == "RequestedToCapacityRatio"
+    assert strategy["resources"] == [
+        {"name": "nvidia.com/gpu", "weight": 100},
+        {"name": "cpu", "weight": 1},
+        {"name": "memory", "weight": 1},
+    ]
+    assert strategy["requestedToCapacityRatio"]["shape"] == [
+        {"utilization": 0, "score": 0},
+        {"utilization": 100, "score": 10},
+    ]
+
+
+def test_binpack_scheduler_config_has_its_own_lease() -> None:
+    config = render_config(SchedulerProfile(scheduler_name="gpu-pack"))
+    assert config["leaderElection"] == {
+        "leaderElect": True,
+        "resourceName": "gpu-pack",
+        "resourceNamespace": "kube-system",
+    }
+
+
+def test_binpack_scheduler_config_carries_custom_shape_weights_and_percentage() -> None:
+    profile = SchedulerProfile(
+        shape=(ShapePoint(utilization=0, score=1), ShapePoint(utilization=80, score=9)),
+        resources=(ResourceWeight(name="nvidia.com/gpu", weight=7),),
+        percentage_of_nodes_to_score=100,
+    )
+    entry = render_config(profile)["profiles"][0]
+    strategy = entry["pluginConfig"][0]["args"]["scoringStrategy"]
+    assert strategy["resources"] == [{"name": "nvidia.com/gpu", "weight": 7}]
+    assert strategy["requestedToCapacityRatio"]["shape"][1] == {"utilization": 80, "score": 9}
+    assert entry["percentageOfNodesToScore"] == 100
+
+
+def test_binpack_scheduler_config_in_cluster_has_no_kubeconfig() -> None:
+    assert "clientConnection" not in render_config(SchedulerProfile())
+    local = render_config(SchedulerProfile(), kubeconfig="/tmp/admin.conf")
+    assert local["clientConnection"] == {"kubeconfig": "/tmp/admin.conf"}
+
+
+def test_binpack_scheduler_config_map_holds_the_rendered_config() -> None:
+    recording = _make_scheduler()
+    (config_map,) = recording.of_type("kubernetes:core/v1:ConfigMap")
+    assert yaml.safe_load(config_map.inputs["data"]["config.yaml"]) == render_config(
+        SchedulerProfile()
+    )
+    assert yaml.safe_load(captured["config"]) == render_config(SchedulerProfile())
+
+
+def test_binpack_scheduler_runs_the_cluster_version_image_with_https_probes() -> None:
+    recording = _make_scheduler(kubernetes_version="v1.33.13")
+    pod = _deployment(recording)["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == "registry.k8s.io/kube-scheduler:v1.33.13"
+    assert not any(arg.startswith("--port") for arg in container["command"])
+    assert not any("scheduler.conf" in arg for arg in container["command"])
+    for probe, path in (("livenessProbe", "/livez"), ("readinessProbe", "/readyz")):
+        assert container[probe]["httpGet"] == {"scheme": "HTTPS", "port": 10259, "path": path}
+    assert container["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
+
+
+def test_binpack_scheduler_pod_is_critical_and_tolerates_control_plane() -> None:
+    pod = _deployment(_make_scheduler())["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    assert {
+        "key": "node-role.kubernetes.io/control-plane",
+        "operator": "Exists",
+        "effect": "NoSchedule",
+    } in pod["tolerations"]
+    assert pod["serviceAccountName"] == "gpu-binpack-scheduler"
+    assert "hostPath" not in str(pod["volumes"])
+
+
+def test_binpack_scheduler_rbac_is_exactly_the_scheduler_roles() -> None:
+    recording = _make_scheduler()
+    cluster_roles = sorted(
+        b.inputs["roleRef"]["name"]
+        for b in recording.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
+    )
+    assert cluster_roles == ["system:kube-scheduler", "system:volume-scheduler"]
+    roles = sorted(
+        b.inputs["roleRef"]["name"]
+        for b in recording.of_type("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
+    )
+    assert roles == ["extension-apiserver-authentication-reader", "gpu-binpack-scheduler:lease"]
+    (lease_role,) = recording.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
+    assert lease_role.inputs["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["gpu-binpack-scheduler"],
+            "verbs": ["get", "update"],
+        }
+    ]
+
+
+def test_binpack_scheduler_deployment_waits_for_its_rbac() -> None:
+    recording = _make_scheduler()
+    (deployment,) = recording.of_type("kubernetes:apps/v1:Deployment")
+    bindings = [r.urn for r in recording.resources if r.typ.endswith("Binding")]
+    assert len(bindings) == 4
+    assert set(bindings) <= set(deployment.dependencies)
+
+
+def test_binpack_scheduler_config_change_rolls_the_pods() -> None:
+    first = _deployment(_make_scheduler())["spec"]["template"]["metadata"]["annotations"]
+    second = _deployment(
+        _make_scheduler(profile=SchedulerProfile(percentage_of_nodes_to_score=50))
+    )["spec"]["template"]["metadata"]["annotations"]
+    assert first["gpu-cluster.io/config-sha256"] != second["gpu-cluster.io/config-sha256"]
+
+
+def test_binpack_scheduler_outputs_its_name() -> None:
+    _make_scheduler(profile=SchedulerProfile(scheduler_name="gpu-pack"))
+    assert captured["name"] == "gpu-pack"
