@@ -1,0 +1,180 @@
+"""The local control-plane harness starts real, correctly configured components."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tools.harness import ControlPlaneError, LocalControlPlane
+
+K8S_VERSION = "v1.34.4"
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _dongle_pod(name: str) -> client.V1Pod:
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1PodSpec(
+            automount_service_account_token=False,
+            containers=[
+                client.V1Container(
+                    name="main",
+                    image="registry.invalid/pause:1",
+                    resources=client.V1ResourceRequirements(limits={"example.com/dongle": "1"}),
+                )
+            ],
+        ),
+    )
+
+
+def _has_dongle_toleration(pod: Any) -> bool:
+    return any(
+        t.key == "example.com/dongle" and t.operator == "Exists" and t.effect == "NoSchedule"
+        for t in pod.spec.tolerations or []
+    )
+
+
+def test_apiserver_reports_pinned_version(
+    control_plane: LocalControlPlane, api_client: Any
+) -> None:
+    assert control_plane.get("/version")["gitVersion"] == K8S_VERSION
+    info = client.VersionApi(api_client).get_code()
+    assert (info.git_version, info.major, info.minor) == (K8S_VERSION, "1", "34")
+
+
+def test_kubeconfig_gives_admin_access(control_plane: LocalControlPlane, api_client: Any) -> None:
+    assert control_plane.kubeconfig_path.is_file()
+    assert control_plane.server.startswith("https://127.0.0.1:")
+    core = client.CoreV1Api(api_client)
+
+    ns = _name("harness")
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    namespace: Any = core.read_namespace(ns)
+    assert namespace.status.phase == "Active"
+
+    node_name = _name("node")
+    core.create_node(
+        client.V1Node(
+            metadata=client.V1ObjectMeta(name=node_name, labels={"example.com/pool": "test"}),
+            spec=client.V1NodeSpec(
+                taints=[client.V1Taint(key="example.com/dongle", effect="NoSchedule")]
+            ),
+        )
+    )
+    try:
+        node: Any = core.read_node(node_name)
+        assert node.metadata.labels["example.com/pool"] == "test"
+        # TaintNodesByCondition adds node.kubernetes.io/not-ready on create.
+        assert "example.com/dongle" in [t.key for t in node.spec.taints]
+    finally:
+        core.delete_node(node_name)
+        core.delete_namespace(ns)
+
+
+def test_extra_apiserver_flags_are_applied(
+    control_plane: LocalControlPlane, control_plane_factory: Callable[..., LocalControlPlane]
+) -> None:
+    with_plugin = control_plane_factory(["--enable-admission-plugins=ExtendedResourceToleration"])
+    assert with_plugin.server != control_plane.server
+
+    results = {}
+    for label, cp in (("default", control_plane), ("with_plugin", with_plugin)):
+        ns = _name("dongle")
+        # No kube-controller-manager: create the "default" ServiceAccount that
+        # the ServiceAccount admission plugin insists on.
+        cp.create_namespace(ns)
+        api = cp.api_client()
+        try:
+            created = client.CoreV1Api(api).create_namespaced_pod(ns, _dongle_pod("p"))
+        finally:
+            api.close()
+        results[label] = _has_dongle_toleration(created)
+
+    assert results == {"default": False, "with_plugin": True}
+
+
+def test_scheduler_binds_pod(
+    control_plane: LocalControlPlane, api_client: Any, require_tools: Callable[..., None]
+) -> None:
+    require_tools("kube-scheduler")
+    core = client.CoreV1Api(api_client)
+    ns = _name("sched")
+    control_plane.create_namespace(ns)
+    node_name = _name("node")
+    control_plane.create_node(node_name, labels={"example.com/pool": "sched"})
+    config = """
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+  - schedulerName: harness-scheduler
+"""
+    try:
+        with control_plane.start_scheduler(config) as scheduler:
+            assert scheduler.running()
+            pod = client.V1Pod(
+                metadata=client.V1ObjectMeta(name="p"),
+                spec=client.V1PodSpec(
+                    scheduler_name="harness-scheduler",
+                    automount_service_account_token=False,
+                    containers=[client.V1Container(name="main", image="registry.invalid/x:1")],
+                ),
+            )
+            core.create_namespaced_pod(ns, pod)
+            deadline = time.monotonic() + 30
+            while True:
+                scheduled: Any = core.read_namespaced_pod("p", ns)
+                if scheduled.spec.node_name == node_name:
+                    break
+                assert time.monotonic() < deadline, scheduler.tail()
+                time.sleep(0.2)
+            assert "harness-scheduler" in scheduler.config_path.read_text()
+            assert scheduler.log()
+        assert not scheduler.running()
+    finally:
+        core.delete_node(node_name)
+
+
+def test_stop_leaves_no_processes_or_files(require_tools: Callable[..., None]) -> None:
+    require_tools()
+    cp = LocalControlPlane()
+    with pytest.raises(RuntimeError, match="boom"), cp:
+        pids = cp.pids
+        workdir = cp.workdir
+        assert set(pids) == {"etcd", "kube-apiserver"}
+        assert all(_pid_alive(pid) for pid in pids.values())
+        raise RuntimeError("boom")
+    assert not any(_pid_alive(pid) for pid in pids.values())
+    assert not workdir.exists()
+    assert cp.pids == {}
+    cp.stop()  # idempotent
+
+
+def test_startup_failure_reports_logs_and_cleans_up(require_tools: Callable[..., None]) -> None:
+    require_tools()
+    cp = LocalControlPlane(["--no-such-flag=1"], startup_timeout=30)
+    with pytest.raises(ControlPlaneError) as excinfo:
+        cp.start()
+    message = str(excinfo.value)
+    assert "kube-apiserver exited" in message
+    assert "unknown flag: --no-such-flag" in message
+    assert "lines of etcd log" in message
+    assert cp.pids == {}
+    with pytest.raises(ControlPlaneError):
+        _ = cp.workdir
