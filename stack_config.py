@@ -29,6 +29,12 @@ from components.binpack_scheduler import (
     SchedulerProfile,
     ShapePoint,
 )
+from components.opa_gate import (
+    ADMISSION_ENGINES,
+    FAILURE_POLICIES,
+    AdmissionEngine,
+    FailurePolicy,
+)
 from components.tainted_gpu_pool import TAINT_EFFECTS, Taint, TaintEffect
 
 PROJECT = "gpu-cluster"
@@ -99,6 +105,22 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AdmissionConfig:
+    """The gate that keeps GPU pods on the binpack scheduler."""
+
+    engine: AdmissionEngine = "opa"
+    """opa (webhook) or validating-admission-policy (native CEL)."""
+    failure_policy: FailurePolicy = "Fail"
+    """Fail: a GPU pod is refused while the gate cannot answer. Ignore: admitted."""
+    timeout_seconds: int = 5
+    """Webhook timeout, 1..30 seconds."""
+    replicas: int = 2
+    """OPA replicas."""
+    gate_extended_resources: bool = True
+    """Also gate the extended resources this stack advertises."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class StackConfig:
     """The whole validated stack configuration."""
 
@@ -109,6 +131,7 @@ class StackConfig:
     extended_resources: Mapping[str, Mapping[str, int]]
     """{node name: {extended resource name: count}}."""
     scheduler: SchedulerConfig
+    admission: AdmissionConfig
     warnings: tuple[str, ...] = ()
     """Non-fatal findings (e.g. an untested Kubernetes version) for the caller to log."""
 
@@ -460,6 +483,38 @@ def _scheduler(r: _Reader, raw: Any) -> SchedulerConfig:
     return SchedulerConfig(profile=profile, replicas=replicas)
 
 
+def _admission(r: _Reader, raw: Any) -> AdmissionConfig:
+    fields = ("engine", "failurePolicy", "timeoutSeconds", "replicas", "gateExtendedResources")
+    entry = r.obj("admission", raw, fields)
+    default = AdmissionConfig()
+    engine: AdmissionEngine = r.choice(
+        "admission.engine", entry.get("engine"), ADMISSION_ENGINES, default.engine
+    )
+    failure: FailurePolicy = r.choice(
+        "admission.failurePolicy",
+        entry.get("failurePolicy"),
+        FAILURE_POLICIES,
+        default.failure_policy,
+    )
+    timeout = default.timeout_seconds
+    if "timeoutSeconds" in entry:
+        timeout = _int_in(r, "admission.timeoutSeconds", entry["timeoutSeconds"], 1, 30) or timeout
+    replicas = default.replicas
+    if "replicas" in entry:
+        replicas = _int_in(r, "admission.replicas", entry["replicas"], 1, 5) or replicas
+    gate_extended = entry.get("gateExtendedResources", default.gate_extended_resources)
+    if not isinstance(gate_extended, bool):
+        r.problem("admission.gateExtendedResources", gate_extended, "expected true or false")
+        gate_extended = default.gate_extended_resources
+    return AdmissionConfig(
+        engine=engine,
+        failure_policy=failure,
+        timeout_seconds=timeout,
+        replicas=replicas,
+        gate_extended_resources=gate_extended,
+    )
+
+
 # --------------------------------------------------------------------------- entry points
 
 
@@ -492,6 +547,7 @@ def parse_stack_config(values: Mapping[str, Any], project_file: Path = PROJECT_F
     gpu_pool = _gpu_pool(r, merged["gpuPool"], inventory)
     extended = _extended_resources(r, merged["extendedResources"], inventory)
     scheduler = _scheduler(r, merged["scheduler"])
+    admission = _admission(r, merged["admission"])
     if r.problems:
         raise ConfigError(r.problems)
     return StackConfig(
@@ -501,6 +557,7 @@ def parse_stack_config(values: Mapping[str, Any], project_file: Path = PROJECT_F
         gpu_pool=gpu_pool,
         extended_resources=extended,
         scheduler=scheduler,
+        admission=admission,
         warnings=tuple(warnings),
     )
 

@@ -9,6 +9,7 @@ from components.binpack_scheduler import (
 )
 from components.cluster_access import ClusterAccess
 from components.extended_resource_node import ExtendedResourceNode, ExtendedResourceNodeArgs
+from components.opa_gate import OpaGate, OpaGateArgs
 from components.tainted_gpu_pool import Taint, TaintedGpuPool, TaintedGpuPoolArgs
 
 __all__ = [
@@ -17,6 +18,8 @@ __all__ = [
     "ClusterAccess",
     "ExtendedResourceNode",
     "ExtendedResourceNodeArgs",
+    "OpaGate",
+    "OpaGateArgs",
     "ResourceWeight",
     "SchedulerProfile",
     "ShapePoint",

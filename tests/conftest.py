@@ -75,6 +75,15 @@ class Mocks(pulumi.runtime.Mocks):
             outputs.update(present=True, previous=None)
             inputs = args.inputs
             return f"{inputs['node']}/{inputs['key']}:{inputs['effect']}", outputs
+        if args.typ == "tls:index/privateKey:PrivateKey":
+            outputs["private_key_pem"] = f"-----BEGIN PRIVATE KEY-----\n{args.name}\n"
+        if args.typ in (
+            "tls:index/selfSignedCert:SelfSignedCert",
+            "tls:index/locallySignedCert:LocallySignedCert",
+        ):
+            outputs["cert_pem"] = f"-----BEGIN CERTIFICATE-----\n{args.name}\n"
+        if args.typ == "tls:index/certRequest:CertRequest":
+            outputs["cert_request_pem"] = f"-----BEGIN CERTIFICATE REQUEST-----\n{args.name}\n"
         if args.typ.startswith("kubernetes:") and args.typ != "pulumi:providers:kubernetes":
             metadata = dict(outputs.get("metadata") or {})
             metadata.setdefault("name", args.name)

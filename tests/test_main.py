@@ -38,6 +38,7 @@ def test_main_dev_declares_one_component_per_layer_built() -> None:
     assert components == [
         ("gpu-cluster:index:BinpackScheduler", "binpack-scheduler"),
         ("gpu-cluster:index:ExtendedResourceNode", "extended-lab-worker-1"),
+        ("gpu-cluster:index:OpaGate", "gpu-gate"),
         ("gpu-cluster:index:TaintedGpuPool", "gpu-pool"),
     ]
 
@@ -91,7 +92,7 @@ def test_main_scheduler_replicas_and_image_follow_the_stack() -> None:
         ("dev", 1, "registry.k8s.io/kube-scheduler:v1.33.13"),
         ("prod", 2, "registry.k8s.io/kube-scheduler:v1.34.4"),
     ):
-        (deployment,) = run_program(stack).of_type("kubernetes:apps/v1:Deployment")
+        deployment = run_program(stack).named("binpack-scheduler-deployment")
         spec = deployment.inputs["spec"]
         assert spec["replicas"] == replicas
         assert spec["template"]["spec"]["containers"][0]["image"] == image
@@ -103,3 +104,33 @@ def test_main_bad_config_declares_nothing() -> None:
     with pytest.raises(ConfigError, match=r"gpuPool\.taint\.effect: got 'Sometimes'"):
         run_program("dev", bad, recording)
     assert recording.resources == []
+
+
+def test_main_gate_takes_scheduler_name_and_advertised_resources_from_their_layers() -> None:
+    recording = run_program("dev")
+    (params,) = [
+        c for c in recording.of_type("kubernetes:core/v1:ConfigMap") if c.name == "gpu-gate-params"
+    ]
+    assert params.inputs["data"] == {
+        "scheduler_name": "gpu-binpack-scheduler",
+        "gpu_resources": "example.com/dongle,nvidia.com/gpu",
+        "gpu_resource_prefixes": "nvidia.com/mig-",
+    }
+    scheduler = recording.named("binpack-scheduler-deployment")
+    dongle = recording.named("extended-lab-worker-1-example.com-dongle")
+    assert {scheduler.urn, dongle.urn} <= set(params.dependencies)
+
+
+def test_main_engines_and_failure_policy_differ_per_stack() -> None:
+    dev = run_program("dev")
+    assert (
+        dev.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration")
+        == []
+    )
+    (policy,) = dev.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")
+    assert policy.inputs["spec"]["failurePolicy"] == "Ignore"
+    prod = run_program("prod")
+    (webhook,) = prod.of_type(
+        "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration"
+    )
+    assert webhook.inputs["webhooks"][0]["failurePolicy"] == "Fail"

@@ -260,3 +260,22 @@ def test_config_rejects_shape_with_one_point() -> None:
         "gpu-cluster:scheduler.shape: got [{'utilization': 0, 'score': 0}]; "
         "expected at least two {utilization, score} points"
     ]
+
+
+def test_config_rejects_unknown_admission_engine() -> None:
+    problems = _problems(admission={"engine": "gatekeeper"})
+    assert problems == [
+        "gpu-cluster:admission.engine: got 'gatekeeper'; allowed: opa, validating-admission-policy"
+    ]
+
+
+def test_config_rejects_unknown_failure_policy() -> None:
+    problems = _problems(admission={"failurePolicy": "Retry"})
+    assert problems == ["gpu-cluster:admission.failurePolicy: got 'Retry'; allowed: Fail, Ignore"]
+
+
+def test_config_rejects_webhook_timeout_above_30() -> None:
+    problems = _problems(admission={"timeoutSeconds": 45})
+    assert problems == [
+        "gpu-cluster:admission.timeoutSeconds: got 45; expected an integer from 1 to 30"
+    ]

@@ -1,0 +1,567 @@
+"""OpaGate: admission control that rejects GPU pods not using the binpack scheduler.
+
+Two engines, one rule and one message:
+- `opa`: OPA 1.x + kube-mgmt behind a ValidatingWebhookConfiguration, with the Rego v1
+  policies from policies/ (GPU resource names and scheduler name reach them as data);
+- `validating-admission-policy`: a native ValidatingAdmissionPolicy (CEL, GA since 1.30)
+  with its parameters in a ConfigMap; no webhook server at all.
+
+Either way kube-system and the gate's own namespace carry openpolicyagent.org/webhook=ignore
+and are excluded, so the gate can never stop the cluster from restarting the gate itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pulumi_tls as tls
+
+from components.cluster_access import ClusterAccess
+
+TOKEN = "gpu-cluster:index:OpaGate"
+
+AdmissionEngine = Literal["opa", "validating-admission-policy"]
+ADMISSION_ENGINES: tuple[AdmissionEngine, ...] = get_args(AdmissionEngine)
+FailurePolicy = Literal["Fail", "Ignore"]
+FAILURE_POLICIES: tuple[FailurePolicy, ...] = get_args(FailurePolicy)
+
+POLICY_DIR = Path(__file__).resolve().parent.parent / "policies"
+# Loaded by OPA at start-up from a mounted ConfigMap: who may call OPA, and when it is ready.
+STARTUP_POLICIES = ("authz", "health")
+IGNORE_LABEL = "openpolicyagent.org/webhook"
+OPA_PORT = 8443
+MGMT_PORT = 8181
+# Always gated, whatever the config adds: whole GPUs and MIG profiles.
+BASE_GPU_RESOURCES = ("nvidia.com/gpu",)
+BASE_GPU_PREFIXES = ("nvidia.com/mig-",)
+
+
+def load_policies(directory: Path = POLICY_DIR) -> dict[str, str]:
+    """{file stem: Rego source} of the policies in `directory`, tests excluded."""
+    return {
+        path.stem: path.read_text()
+        for path in sorted(directory.glob("*.rego"))
+        if not path.stem.endswith("_test")
+    }
+
+
+def gate_data(
+    scheduler_name: str, resources: Sequence[str], prefixes: Sequence[str]
+) -> dict[str, Any]:
+    """The policies' data document, data.gpu_cluster.config (see policies/README.md)."""
+    return {
+        "scheduler_name": scheduler_name,
+        "gpu_resources": sorted({*BASE_GPU_RESOURCES, *resources}),
+        "gpu_resource_prefixes": sorted({*BASE_GPU_PREFIXES, *prefixes}),
+    }
+
+
+# CEL for the native engine. Same rule and message as policies/gpu_scheduler.rego for a
+# pod with one kind of GPU resource; with several, it names the first one found.
+# Ref: https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/
+_CEL_VARIABLES = [
+    ("resources", "params.data.gpu_resources.split(',')"),
+    ("prefixes", "params.data.gpu_resource_prefixes.split(',')"),
+    (
+        "containers",
+        "object.spec.containers"
+        " + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
+        " + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])",
+    ),
+    (
+        "gpuByContainer",
+        "variables.containers.map(c, !has(c.resources) ? [] :"
+        " (has(c.resources.requests) ? c.resources.requests.filter(r,"
+        " (r in variables.resources || variables.prefixes.exists(p, p != '' && r.startsWith(p)))"
+        " && quantity(string(c.resources.requests[r])).sign() > 0) : [])"
+        " + (has(c.resources.limits) ? c.resources.limits.filter(r,"
+        " (r in variables.resources || variables.prefixes.exists(p, p != '' && r.startsWith(p)))"
+        " && quantity(string(c.resources.limits[r])).sign() > 0) : []))",
+    ),
+    ("gpuContainers", "variables.gpuByContainer.filter(l, size(l) > 0)"),
+    (
+        "podName",
+        "(has(object.metadata.namespace) && object.metadata.namespace != ''"
+        " ? object.metadata.namespace : request.namespace) + '/'"
+        " + (has(object.metadata.name) && object.metadata.name != ''"
+        " ? object.metadata.name : (has(object.metadata.generateName)"
+        " ? object.metadata.generateName : '<unnamed>'))",
+    ),
+    (
+        "schedulerName",
+        "has(object.spec.schedulerName) ? '\"' + object.spec.schedulerName + '\"' : 'unset'",
+    ),
+]
+_CEL_RULE = (
+    "size(variables.gpuContainers) == 0"
+    " || (has(object.spec.schedulerName) && object.spec.schedulerName == params.data.scheduler_name)"
+)
+_CEL_MESSAGE = (
+    "'pod \"' + variables.podName + '\" requests ' + variables.gpuContainers[0][0]"
+    " + ' but spec.schedulerName is ' + variables.schedulerName"
+    " + '; GPU pods must set spec.schedulerName: ' + params.data.scheduler_name"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpaGateArgs:
+    """Inputs of OpaGate."""
+
+    access: ClusterAccess
+    """Cluster provider."""
+    scheduler_name: pulumi.Input[str]
+    """The schedulerName GPU pods must use (BinpackScheduler's output)."""
+    gpu_resources: pulumi.Input[Sequence[str]] = ()
+    """Extra exact resource names to gate (e.g. advertised extended resources)."""
+    gpu_resource_prefixes: Sequence[str] = ()
+    """Extra resource name prefixes to gate (nvidia.com/mig- is always gated)."""
+    engine: AdmissionEngine = "opa"
+    """`opa` (webhook) or `validating-admission-policy` (native CEL)."""
+    failure_policy: FailurePolicy = "Fail"
+    """What the API server does when the gate cannot answer."""
+    timeout_seconds: int = 5
+    """Webhook timeout (1..30)."""
+    namespace: str = "gpu-admission"
+    """The gate's own namespace (created, and excluded from the gate)."""
+    replicas: int = 2
+    """OPA replicas (engine opa)."""
+    opa_image: str = "openpolicyagent/opa:1.22.2"
+    """OPA 1.x image."""
+    kube_mgmt_image: str = "openpolicyagent/kube-mgmt:9.3.0"
+    """kube-mgmt sidecar image (a major that supports OPA 1.x)."""
+    policies: Mapping[str, str] = field(default_factory=load_policies)
+    """{name: Rego source}; defaults to policies/*.rego without tests."""
+
+
+class OpaGate(pulumi.ComponentResource):
+    """Keeps GPU pods on the binpack scheduler, with OPA or a ValidatingAdmissionPolicy."""
+
+    engine: pulumi.Output[str]
+    """The engine in use."""
+    namespace: pulumi.Output[str]
+    """The gate's namespace."""
+    ca_cert_pem: pulumi.Output[str]
+    """CA that signed OPA's serving certificate ("" for the native engine)."""
+    policy_name: pulumi.Output[str]
+    """Name of the ValidatingWebhookConfiguration or ValidatingAdmissionPolicy."""
+
+    def __init__(
+        self, name: str, args: OpaGateArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(TOKEN, name, None, opts)
+        self._name = name
+        self._args = args
+        self._child = pulumi.ResourceOptions(parent=self, provider=args.access.provider)
+        self._labels = {
+            "app.kubernetes.io/name": "gpu-scheduler-gate",
+            "app.kubernetes.io/part-of": "gpu-cluster",
+        }
+
+        namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata={"name": args.namespace, "labels": {**self._labels, IGNORE_LABEL: "ignore"}},
+            opts=self._child,
+        )
+        # Server-side apply owns just this label; destroy removes only it.
+        kube_system = k8s.core.v1.NamespacePatch(
+            f"{name}-kube-system-label",
+            metadata={"name": "kube-system", "labels": {IGNORE_LABEL: "ignore"}},
+            opts=self._child,
+        )
+        config = pulumi.Output.all(args.scheduler_name, args.gpu_resources).apply(
+            lambda v: gate_data(v[0], v[1], args.gpu_resource_prefixes)
+        )
+        exclusions: list[pulumi.Resource] = [namespace, kube_system]
+        if args.engine == "opa":
+            ca_pem, policy_name = self._opa(config, exclusions)
+        else:
+            ca_pem = pulumi.Output.from_input("")
+            policy_name = self._native(config, exclusions)
+
+        self.engine = pulumi.Output.from_input(args.engine)
+        self.namespace = namespace.metadata.apply(lambda _: args.namespace)
+        self.ca_cert_pem = ca_pem
+        self.policy_name = policy_name
+        self.register_outputs(
+            {
+                "engine": self.engine,
+                "namespace": self.namespace,
+                "ca_cert_pem": self.ca_cert_pem,
+                "policy_name": self.policy_name,
+            }
+        )
+
+    # ------------------------------------------------------------------ helpers
+
+    def _meta(self, name: str, **extra: Any) -> dict[str, Any]:
+        return {"name": name, "namespace": self._args.namespace, "labels": self._labels, **extra}
+
+    def _selector(self) -> dict[str, Any]:
+        return {
+            "matchExpressions": [{"key": IGNORE_LABEL, "operator": "NotIn", "values": ["ignore"]}]
+        }
+
+    # ------------------------------------------------------------------ engine: opa
+
+    def _certificates(
+        self, service: str
+    ) -> tuple[tls.PrivateKey, tls.SelfSignedCert, tls.LocallySignedCert]:
+        """CA and serving certificate, kept in state: no new certificate on each up."""
+        name, ns = self._name, self._args.namespace
+        child = pulumi.ResourceOptions(parent=self)
+        ca_key = tls.PrivateKey(f"{name}-ca-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
+        ca = tls.SelfSignedCert(
+            f"{name}-ca",
+            private_key_pem=ca_key.private_key_pem,
+            is_ca_certificate=True,
+            subject=tls.SelfSignedCertSubjectArgs(common_name="gpu-cluster admission CA"),
+            validity_period_hours=10 * 365 * 24,
+            allowed_uses=["cert_signing", "crl_signing", "digital_signature"],
+            opts=child,
+        )
+        key = tls.PrivateKey(
+            f"{name}-serving-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child
+        )
+        dns_names = [f"{service}.{ns}.svc", f"{service}.{ns}.svc.cluster.local"]
+        request = tls.CertRequest(
+            f"{name}-serving-csr",
+            private_key_pem=key.private_key_pem,
+            subject=tls.CertRequestSubjectArgs(common_name=dns_names[0]),
+            dns_names=dns_names,
+            opts=child,
+        )
+        cert = tls.LocallySignedCert(
+            f"{name}-serving-cert",
+            cert_request_pem=request.cert_request_pem,
+            ca_private_key_pem=ca_key.private_key_pem,
+            ca_cert_pem=ca.cert_pem,
+            validity_period_hours=2 * 365 * 24,
+            # Renewed by the first `pulumi up` in its last 30 days, not before.
+            early_renewal_hours=30 * 24,
+            allowed_uses=["digital_signature", "key_encipherment", "server_auth"],
+            opts=child,
+        )
+        return key, ca, cert
+
+    def _opa(
+        self, config: pulumi.Output[dict[str, Any]], exclusions: list[pulumi.Resource]
+    ) -> tuple[pulumi.Output[str], pulumi.Output[str]]:
+        name, args, child = self._name, self._args, self._child
+        service_name = "opa"
+        key, ca, cert = self._certificates(service_name)
+        serving = k8s.core.v1.Secret(
+            f"{name}-serving",
+            metadata=self._meta("opa-serving"),
+            type="kubernetes.io/tls",
+            string_data={"tls.crt": cert.cert_pem, "tls.key": key.private_key_pem},
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
+        )
+        # Bearer token for the management API: random bytes held (as a secret) in state,
+        # derived from a key pair so no extra provider is needed; stable across runs.
+        token_key = tls.PrivateKey(
+            f"{name}-mgmt-token", algorithm="ED25519", opts=pulumi.ResourceOptions(parent=self)
+        )
+        token = token_key.private_key_pem.apply(
+            lambda pem: hashlib.sha256(pem.encode()).hexdigest()
+        )
+        mgmt = k8s.core.v1.Secret(
+            f"{name}-mgmt-token",
+            metadata=self._meta("opa-mgmt-token"),
+            string_data={
+                "token": token,
+                "token.json": token.apply(lambda t: json.dumps({"token": t})),
+            },
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
+        )
+        startup = k8s.core.v1.ConfigMap(
+            f"{name}-startup-policies",
+            metadata=self._meta("opa-startup-policies"),
+            data={f"{p}.rego": args.policies[p] for p in STARTUP_POLICIES if p in args.policies},
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
+        )
+        gate_config = k8s.core.v1.ConfigMap(
+            f"{name}-config",
+            metadata=self._meta("gpu-gate-config"),
+            data={"gate.json": config.apply(lambda c: json.dumps(c, sort_keys=True))},
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
+        )
+        # kube-mgmt loads every ConfigMap in the namespace with this label into OPA.
+        policy_maps = [
+            k8s.core.v1.ConfigMap(
+                f"{name}-policy-{stem.replace('_', '-')}",
+                metadata=self._meta(
+                    f"policy-{stem.replace('_', '-')}",
+                    labels={**self._labels, "openpolicyagent.org/policy": "rego"},
+                ),
+                data={f"{stem}.rego": source},
+                opts=pulumi.ResourceOptions.merge(
+                    child, pulumi.ResourceOptions(depends_on=exclusions)
+                ),
+            )
+            for stem, source in args.policies.items()
+            if stem not in STARTUP_POLICIES
+        ]
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-sa",
+            metadata=self._meta("opa"),
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
+        )
+        # kube-mgmt reads the policy ConfigMaps and writes their status annotation; that is all.
+        role = k8s.rbac.v1.Role(
+            f"{name}-kube-mgmt",
+            metadata=self._meta("opa-kube-mgmt"),
+            rules=[
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "verbs": ["get", "list", "watch", "update", "patch"],
+                }
+            ],
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
+        )
+        binding = k8s.rbac.v1.RoleBinding(
+            f"{name}-kube-mgmt",
+            metadata=self._meta("opa-kube-mgmt"),
+            role_ref={
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": role.metadata.name,
+            },
+            subjects=[
+                {
+                    "kind": "ServiceAccount",
+                    "name": account.metadata.name,
+                    "namespace": args.namespace,
+                }
+            ],
+            opts=child,
+        )
+        selector = {"app.kubernetes.io/name": "opa"}
+        https = {"scheme": "HTTPS", "port": OPA_PORT}
+        pod_spec: Any = {
+            "serviceAccountName": account.metadata.name,
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 1000,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "opa",
+                    "image": args.opa_image,
+                    "args": [
+                        "run",
+                        "--server",
+                        f"--addr=https://0.0.0.0:{OPA_PORT}",
+                        # Management API for kube-mgmt: loopback only, and token-protected.
+                        f"--addr=http://127.0.0.1:{MGMT_PORT}",
+                        "--tls-cert-file=/certs/tls.crt",
+                        "--tls-private-key-file=/certs/tls.key",
+                        "--authentication=token",
+                        "--authorization=basic",
+                        "--skip-version-check",
+                        "--log-format=json",
+                        "/startup",
+                        "gpu_cluster.config:/config/gate.json",
+                        "gpu_cluster.mgmt:/mgmt/token.json",
+                    ],
+                    "ports": [{"name": "https", "containerPort": OPA_PORT}],
+                    "readinessProbe": {
+                        "httpGet": {**https, "path": "/health/ready"},
+                        "periodSeconds": 5,
+                    },
+                    "livenessProbe": {
+                        "httpGet": {**https, "path": "/health/live"},
+                        "initialDelaySeconds": 10,
+                        "periodSeconds": 10,
+                    },
+                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "readOnlyRootFilesystem": True,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                    "volumeMounts": [
+                        {"name": "certs", "mountPath": "/certs", "readOnly": True},
+                        {"name": "startup", "mountPath": "/startup", "readOnly": True},
+                        {"name": "config", "mountPath": "/config", "readOnly": True},
+                        {"name": "mgmt", "mountPath": "/mgmt", "readOnly": True},
+                    ],
+                },
+                {
+                    "name": "kube-mgmt",
+                    "image": args.kube_mgmt_image,
+                    "args": [
+                        f"--opa-url=http://127.0.0.1:{MGMT_PORT}/v1",
+                        "--opa-auth-token-file=/mgmt/token",
+                        f"--namespaces={args.namespace}",
+                        "--enable-policies=true",
+                        "--enable-data=false",
+                        "--require-policy-label=true",
+                    ],
+                    "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}},
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "readOnlyRootFilesystem": True,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                    "volumeMounts": [{"name": "mgmt", "mountPath": "/mgmt", "readOnly": True}],
+                },
+            ],
+            "volumes": [
+                {"name": "certs", "secret": {"secretName": serving.metadata.name}},
+                {"name": "startup", "configMap": {"name": startup.metadata.name}},
+                {"name": "config", "configMap": {"name": gate_config.metadata.name}},
+                {"name": "mgmt", "secret": {"secretName": mgmt.metadata.name}},
+            ],
+        }
+        deployment = k8s.apps.v1.Deployment(
+            f"{name}-opa",
+            metadata=self._meta("opa"),
+            spec={
+                "replicas": args.replicas,
+                "selector": {"matchLabels": selector},
+                "template": {
+                    "metadata": {
+                        "labels": {**self._labels, **selector},
+                        # New certificates or config restart OPA (it reads them at start).
+                        "annotations": {
+                            "gpu-cluster.io/inputs-sha256": pulumi.Output.all(
+                                cert.cert_pem, config
+                            ).apply(
+                                lambda v: hashlib.sha256(
+                                    json.dumps(v, sort_keys=True).encode()
+                                ).hexdigest()
+                            )
+                        },
+                    },
+                    "spec": pod_spec,
+                },
+            },
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[binding, *policy_maps])
+            ),
+        )
+        service = k8s.core.v1.Service(
+            f"{name}-service",
+            metadata=self._meta(service_name),
+            spec={
+                "selector": selector,
+                "ports": [{"name": "https", "port": 443, "targetPort": OPA_PORT}],
+            },
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
+        )
+        # Registered last: only once the Deployment is ready (its readiness means the
+        # policy is loaded) and both excluded namespaces carry the ignore label.
+        webhook = k8s.admissionregistration.v1.ValidatingWebhookConfiguration(
+            f"{name}-webhook",
+            metadata={"name": "gpu-scheduler-gate", "labels": self._labels},
+            webhooks=[
+                {
+                    "name": "gpu-scheduler.gpu-cluster.io",
+                    "admissionReviewVersions": ["v1"],
+                    "sideEffects": "None",
+                    "failurePolicy": args.failure_policy,
+                    "timeoutSeconds": args.timeout_seconds,
+                    "matchPolicy": "Equivalent",
+                    "namespaceSelector": self._selector(),
+                    "rules": [
+                        {
+                            "operations": ["CREATE"],
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "resources": ["pods"],
+                            "scope": "Namespaced",
+                        }
+                    ],
+                    "clientConfig": {
+                        "caBundle": ca.cert_pem.apply(
+                            lambda pem: base64.b64encode(pem.encode()).decode()
+                        ),
+                        "service": {
+                            "namespace": args.namespace,
+                            "name": service.metadata.name,
+                            "path": "/",
+                            "port": 443,
+                        },
+                    },
+                }
+            ],
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[deployment, service, *exclusions])
+            ),
+        )
+        return ca.cert_pem, webhook.metadata.apply(lambda m: m.name)
+
+    # ------------------------------------------------------------------ engine: native
+
+    def _native(
+        self, config: pulumi.Output[dict[str, Any]], exclusions: list[pulumi.Resource]
+    ) -> pulumi.Output[str]:
+        name, args, child = self._name, self._args, self._child
+        params = k8s.core.v1.ConfigMap(
+            f"{name}-params",
+            metadata=self._meta("gpu-gate-params"),
+            data={
+                "scheduler_name": config.apply(lambda c: c["scheduler_name"]),
+                "gpu_resources": config.apply(lambda c: ",".join(c["gpu_resources"])),
+                "gpu_resource_prefixes": config.apply(
+                    lambda c: ",".join(c["gpu_resource_prefixes"])
+                ),
+            },
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
+        )
+        match = {
+            "namespaceSelector": self._selector(),
+            "resourceRules": [
+                {
+                    "operations": ["CREATE"],
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "resources": ["pods"],
+                }
+            ],
+        }
+        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-policy",
+            metadata={"name": "gpu-scheduler-gate", "labels": self._labels},
+            spec={
+                "failurePolicy": args.failure_policy,
+                "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+                "matchConstraints": match,
+                "variables": [{"name": n, "expression": e} for n, e in _CEL_VARIABLES],
+                "validations": [
+                    {
+                        "expression": _CEL_RULE,
+                        "messageExpression": _CEL_MESSAGE,
+                        "reason": "Forbidden",
+                    }
+                ],
+            },
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
+        )
+        binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-binding",
+            metadata={"name": "gpu-scheduler-gate", "labels": self._labels},
+            spec={
+                "policyName": policy.metadata.name,
+                "validationActions": ["Deny"],
+                # A missing parameter ConfigMap denies GPU pods instead of silently allowing.
+                "paramRef": {
+                    "name": params.metadata.name,
+                    "namespace": args.namespace,
+                    "parameterNotFoundAction": "Deny",
+                },
+                "matchResources": {"namespaceSelector": self._selector()},
+            },
+            opts=child,
+        )
+        return binding.metadata.apply(lambda m: m.name)
