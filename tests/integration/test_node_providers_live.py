@@ -1,0 +1,282 @@
+"""The node dynamic providers against the real kube-apiserver, with Node objects the test creates.
+
+The providers' create/read/update/delete run exactly as the Pulumi engine would call them,
+through the production `KubeNodeApi` (the official kubernetes client), against etcd +
+kube-apiserver from the harness.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from components.providers.extended_resource import ExtendedResourceProvider
+from components.providers.node_api import (
+    Conflict,
+    KubeNodeApi,
+    NodeApi,
+    NodeApiError,
+    NodeNotFound,
+    connect,
+)
+from components.providers.node_taint import NodeTaintProvider
+from tools.harness import LocalControlPlane
+
+DONGLE = "example.com/dongle"
+UNSCHEDULABLE = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(control_plane: LocalControlPlane) -> str:
+    """The admin kubeconfig as content, the way the stack hands it to the providers."""
+    return control_plane.kubeconfig_yaml()
+
+
+@pytest.fixture
+def core(api_client: Any) -> client.CoreV1Api:
+    return client.CoreV1Api(api_client)
+
+
+@pytest.fixture
+def node(core: client.CoreV1Api) -> Iterator[str]:
+    """A fresh Node with cpu/memory and one extended resource that is not ours."""
+    name = f"gpu-{uuid.uuid4().hex[:8]}"
+    core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name)))
+    core.patch_node_status(
+        name,
+        {
+            "status": {
+                "capacity": {"cpu": "8", "memory": "32Gi", "example.org/other": "2"},
+                "allocatable": {"cpu": "8", "memory": "32Gi", "example.org/other": "2"},
+            }
+        },
+    )
+    try:
+        yield name
+    finally:
+        core.delete_node(name)
+
+
+def _live(core: client.CoreV1Api, name: str) -> dict[str, Any]:
+    node: dict[str, Any] = client.ApiClient().sanitize_for_serialization(core.read_node(name))
+    return node
+
+
+def _resource_props(kubeconfig: str, node: str, quantity: int) -> dict[str, Any]:
+    return {
+        "node": node,
+        "resource": DONGLE,
+        "quantity": quantity,
+        "kubeconfig": kubeconfig,
+        "context": "",
+    }
+
+
+def _taint_props(kubeconfig: str, node: str, value: str = "present") -> dict[str, Any]:
+    return {
+        "node": node,
+        "key": "nvidia.com/gpu",
+        "value": value,
+        "effect": "NoSchedule",
+        "kubeconfig": kubeconfig,
+        "context": "",
+    }
+
+
+def test_extended_resource_appears_in_capacity_and_allocatable(
+    kubeconfig: str, core: client.CoreV1Api, node: str
+) -> None:
+    ExtendedResourceProvider().create(_resource_props(kubeconfig, node, 4))
+
+    status = _live(core, node)["status"]
+    assert status["capacity"][DONGLE] == "4"
+    assert status["allocatable"][DONGLE] == "4"
+
+
+def test_extended_resource_update_changes_the_count(
+    kubeconfig: str, core: client.CoreV1Api, node: str
+) -> None:
+    provider = ExtendedResourceProvider()
+    created = provider.create(_resource_props(kubeconfig, node, 4))
+
+    provider.update(str(created.id), created.outs or {}, _resource_props(kubeconfig, node, 6))
+
+    status = _live(core, node)["status"]
+    assert (status["capacity"][DONGLE], status["allocatable"][DONGLE]) == ("6", "6")
+
+
+def test_extended_resource_delete_removes_only_its_key(
+    kubeconfig: str, core: client.CoreV1Api, node: str
+) -> None:
+    provider = ExtendedResourceProvider()
+    props = _resource_props(kubeconfig, node, 4)
+    created = provider.create(props)
+
+    provider.delete(str(created.id), props)
+
+    status = _live(core, node)["status"]
+    for field in ("capacity", "allocatable"):
+        assert DONGLE not in status[field]
+        assert status[field]["example.org/other"] == "2"
+        assert status[field]["cpu"] == "8"
+
+
+def test_extended_resource_read_sees_a_change_behind_its_back(
+    kubeconfig: str, core: client.CoreV1Api, node: str
+) -> None:
+    provider = ExtendedResourceProvider()
+    props = _resource_props(kubeconfig, node, 4)
+    created = provider.create(props)
+    # What the kubelet does on re-registration: the manually advertised resource is gone.
+    core.patch_node_status(
+        node,
+        [{"op": "remove", "path": "/status/capacity/example.com~1dongle"}],
+        _content_type="application/json-patch+json",
+    )
+
+    read = provider.read(str(created.id), props)
+
+    assert (read.outs or {})["quantity"] is None
+    provider.create(props)  # the next `pulumi up` puts it back
+    assert _live(core, node)["status"]["capacity"][DONGLE] == "4"
+
+
+def test_extended_resource_missing_node_names_node_and_server(
+    kubeconfig: str, control_plane: LocalControlPlane
+) -> None:
+    with pytest.raises(NodeNotFound) as caught:
+        ExtendedResourceProvider().create(_resource_props(kubeconfig, "no-such-node", 1))
+
+    assert "'no-such-node'" in str(caught.value)
+    assert control_plane.server in str(caught.value)
+
+
+def test_refused_credentials_name_node_and_server(
+    control_plane: LocalControlPlane, node: str
+) -> None:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "local",
+                "cluster": {
+                    "server": control_plane.server,
+                    "certificate-authority": str(control_plane.ca_path),
+                },
+            }
+        ],
+        "users": [{"name": "stranger", "user": {"token": "not-a-valid-token"}}],
+        "contexts": [{"name": "local", "context": {"cluster": "local", "user": "stranger"}}],
+        "current-context": "local",
+    }
+    api = KubeNodeApi(yaml.safe_dump(config), None)
+
+    with pytest.raises(NodeApiError) as caught:
+        api.get_node(node)
+
+    message = str(caught.value)
+    assert "refused the credentials" in message and "HTTP 401" in message
+    assert repr(node) in message and control_plane.server in message
+
+
+def test_node_taint_keeps_taints_kubernetes_manages(
+    kubeconfig: str, core: client.CoreV1Api, node: str
+) -> None:
+    core.patch_node(node, {"spec": {"taints": [UNSCHEDULABLE]}})
+    provider = NodeTaintProvider()
+    props = _taint_props(kubeconfig, node)
+
+    created = provider.create(props)
+    after_create = _live(core, node)["spec"]["taints"]
+    provider.update(str(created.id), created.outs or {}, _taint_props(kubeconfig, node, "shared"))
+    after_update = _live(core, node)["spec"]["taints"]
+    provider.delete(str(created.id), created.outs or {})
+    after_delete = _live(core, node)["spec"].get("taints")
+
+    ours = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
+    assert after_create == [UNSCHEDULABLE, {**ours, "value": "present"}]
+    assert after_update == [UNSCHEDULABLE, {**ours, "value": "shared"}]
+    assert after_delete == [UNSCHEDULABLE]
+
+
+def test_node_taint_delete_restores_a_taint_that_predates_the_stack(
+    kubeconfig: str, core: client.CoreV1Api, node: str
+) -> None:
+    theirs = {"key": "nvidia.com/gpu", "value": "reserved", "effect": "NoSchedule"}
+    core.patch_node(node, {"spec": {"taints": [theirs]}})
+    provider = NodeTaintProvider()
+
+    created = provider.create(_taint_props(kubeconfig, node))
+    assert _live(core, node)["spec"]["taints"] == [{**theirs, "value": "present"}]
+    provider.delete(str(created.id), created.outs or {})
+
+    assert _live(core, node)["spec"]["taints"] == [theirs]
+
+
+def test_node_taint_read_sees_removal_behind_its_back(
+    kubeconfig: str, core: client.CoreV1Api, node: str
+) -> None:
+    provider = NodeTaintProvider()
+    props = _taint_props(kubeconfig, node)
+    created = provider.create(props)
+    core.patch_node(node, {"spec": {"taints": None}})
+
+    read = provider.read(str(created.id), created.outs or {})
+
+    assert (read.outs or {})["present"] is False
+    assert provider.diff(str(created.id), read.outs or {}, props).changes
+
+
+class _RacingApi:
+    """The real NodeApi, with another writer sneaking in between our read and our write.
+
+    The first merge patch is preceded by a concurrent taint added through a separate client,
+    so the API server must reject our stale resourceVersion with 409 Conflict.
+    """
+
+    def __init__(self, api: NodeApi, core: client.CoreV1Api) -> None:
+        self._api = api
+        self._core = core
+        self.server = api.server
+        self.conflicts = 0
+        self.raced = False
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        return self._api.get_node(name)
+
+    def patch_status(self, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
+        return self._api.patch_status(name, ops)
+
+    def merge_patch(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        if not self.raced:
+            self.raced = True
+            racer = {"key": "example.org/maintenance", "effect": "PreferNoSchedule"}
+            self._core.patch_node(name, {"spec": {"taints": [racer]}})
+        try:
+            return self._api.merge_patch(name, patch)
+        except Conflict:
+            self.conflicts += 1
+            raise
+
+
+def test_node_taint_concurrent_write_is_retried_not_lost(
+    kubeconfig: str, core: client.CoreV1Api, node: str
+) -> None:
+    racing: list[_RacingApi] = []
+
+    def connect_racing(config: str, context: str | None) -> NodeApi:
+        racing.append(_RacingApi(connect(config, context), core))
+        return racing[-1]
+
+    NodeTaintProvider(connect_racing).create(_taint_props(kubeconfig, node))
+
+    taints = _live(core, node)["spec"]["taints"]
+    assert [r.conflicts for r in racing] == [1]
+    assert {"key": "example.org/maintenance", "effect": "PreferNoSchedule"} in taints
+    assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"} in taints
