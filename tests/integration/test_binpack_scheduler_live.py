@@ -1,0 +1,284 @@
+"""BinpackScheduler's rendered KubeSchedulerConfiguration in the real kube-scheduler.
+
+The config comes from `render_config` with the stack's default profile (stack_config's
+SchedulerConfig), pointed at the harness API server. Fake GPU Nodes carry nvidia.com/gpu,
+cpu, memory and pods in capacity and allocatable, a Ready condition and TaintedGpuPool's
+default taint (nvidia.com/gpu=present:NoSchedule), which the pods tolerate; there is no
+kubelet, so binding is the end of the story.
+Each test uses its own namespace and nodes (selected by a per-test label) and deletes them.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import yaml
+
+from components.binpack_scheduler import render_config
+from components.tainted_gpu_pool import Taint
+from stack_config import SchedulerConfig
+from tests.integration.conftest import require_tools
+from tools.harness import ControlPlaneError, LocalControlPlane, SchedulerHandle
+
+GPU = "nvidia.com/gpu"
+POOL_LABEL = "gpu-cluster.io/test-pool"
+POOL_TAINT = Taint()
+DECISION_TIMEOUT = 30.0
+PROFILE = SchedulerConfig().profile
+BINPACK = PROFILE.scheduler_name
+DEFAULT = "default-scheduler"
+
+
+def _binpack_config(control_plane: LocalControlPlane) -> dict[str, Any]:
+    return render_config(PROFILE, kubeconfig=str(control_plane.kubeconfig_path))
+
+
+@pytest.fixture(scope="module")
+def schedulers(control_plane: LocalControlPlane) -> Iterator[dict[str, SchedulerHandle]]:
+    """The rendered binpack scheduler (leader-elected, as rendered) and a default one."""
+    require_tools("kube-scheduler")
+    binpack = control_plane.start_scheduler(yaml.safe_dump(_binpack_config(control_plane)))
+    try:
+        default = control_plane.start_scheduler("")
+        try:
+            yield {BINPACK: binpack, DEFAULT: default}
+        finally:
+            default.stop()
+    finally:
+        binpack.stop()
+
+
+class GpuPool:
+    """Nodes and pods of one test, isolated by a namespace and a node label."""
+
+    def __init__(self, cp: LocalControlPlane) -> None:
+        self.cp = cp
+        self.id = uuid.uuid4().hex[:8]
+        self.namespace = f"binpack-{self.id}"
+        self.nodes: list[str] = []
+        self.unschedulable: dict[str, str] = {}
+        cp.create_namespace(self.namespace)
+
+    def add_nodes(self, count: int, gpus: int) -> list[str]:
+        names = [f"gpu-{self.id}-{len(self.nodes) + i}" for i in range(count)]
+        for name in names:
+            self.cp.create_node(
+                name,
+                capacity={GPU: str(gpus), "cpu": "32", "memory": "128Gi", "pods": "110"},
+                labels={POOL_LABEL: self.id},
+                taints=[POOL_TAINT.as_dict()],
+            )
+        self.nodes.extend(names)
+        return names
+
+    def create_pod(self, name: str, scheduler: str, gpus: int) -> None:
+        resources = {
+            "requests": {GPU: str(gpus), "cpu": "1", "memory": "1Gi"},
+            "limits": {GPU: str(gpus)},
+        }
+        pod = {
+            "metadata": {"name": name},
+            "spec": {
+                "schedulerName": scheduler,
+                "automountServiceAccountToken": False,
+                "nodeSelector": {POOL_LABEL: self.id},
+                "tolerations": [POOL_TAINT.toleration()],
+                "containers": [
+                    {"name": "main", "image": "registry.invalid/cuda:1", "resources": resources}
+                ],
+            },
+        }
+        self.cp.request("POST", f"/api/v1/namespaces/{self.namespace}/pods", pod)
+
+    def decision(self, name: str, scheduler: SchedulerHandle) -> str | None:
+        """Node the pod is bound to, or None once the scheduler marks it Unschedulable.
+
+        The Unschedulable condition's message is kept in `self.unschedulable[name]`.
+        """
+        deadline = time.monotonic() + DECISION_TIMEOUT
+        while True:
+            pod = self.cp.get(f"/api/v1/namespaces/{self.namespace}/pods/{name}")
+            if pod["spec"].get("nodeName"):
+                return str(pod["spec"]["nodeName"])
+            for cond in pod.get("status", {}).get("conditions", []):
+                if (cond["type"], cond["status"], cond.get("reason")) == (
+                    "PodScheduled",
+                    "False",
+                    "Unschedulable",
+                ):
+                    self.unschedulable[name] = str(cond.get("message", ""))
+                    return None
+            if time.monotonic() > deadline:
+                pytest.fail(f"pod {name} undecided after {DECISION_TIMEOUT} s\n{scheduler.tail()}")
+            time.sleep(0.05)
+
+    def schedule(
+        self, name: str, scheduler: SchedulerHandle, name_of: str, gpus: int
+    ) -> str | None:
+        """Create one pod and wait for the scheduler's decision (pods go one at a time)."""
+        self.create_pod(name, name_of, gpus)
+        return self.decision(name, scheduler)
+
+    def delete(self) -> None:
+        for node in self.nodes:
+            self.cp.request("DELETE", f"/api/v1/nodes/{node}")
+        self.cp.request("DELETE", f"/api/v1/namespaces/{self.namespace}")
+
+
+@pytest.fixture
+def pool(control_plane: LocalControlPlane) -> Iterator[GpuPool]:
+    created = GpuPool(control_plane)
+    try:
+        yield created
+    finally:
+        created.delete()
+
+
+def _place(
+    pool: GpuPool, schedulers: dict[str, SchedulerHandle], profile: str, prefix: str, count: int
+) -> list[str]:
+    """Bind `count` 1-GPU pods under `profile`, one after the other; the nodes they land on."""
+    placed = []
+    for i in range(count):
+        node = pool.schedule(f"{prefix}-{i}", schedulers[profile], profile, 1)
+        assert node is not None, f"{prefix}-{i} unschedulable\n{schedulers[profile].tail()}"
+        placed.append(node)
+    return placed
+
+
+def _per_node(placed: list[str], nodes: list[str]) -> list[int]:
+    return sorted((placed.count(n) for n in nodes), reverse=True)
+
+
+def test_binpack_scheduler_live_fills_one_node_before_the_next(
+    pool: GpuPool, schedulers: dict[str, SchedulerHandle]
+) -> None:
+    nodes = pool.add_nodes(3, gpus=4)
+    placed = _place(pool, schedulers, BINPACK, "packed", 6)
+    # The first four share a node; only when it is full does the fifth open a second one.
+    assert len(set(placed[:4])) == 1
+    assert len(set(placed[4:])) == 1 and placed[4] != placed[0]
+    assert _per_node(placed, nodes) == [4, 2, 0]
+
+
+def test_binpack_scheduler_live_default_profile_spreads_the_same_pods(
+    pool: GpuPool, schedulers: dict[str, SchedulerHandle]
+) -> None:
+    nodes = pool.add_nodes(3, gpus=4)
+    placed = _place(pool, schedulers, DEFAULT, "spread", 6)
+    assert len(set(placed[:3])) == 3
+    assert _per_node(placed, nodes) == [2, 2, 2]
+
+
+@pytest.mark.parametrize(
+    ("profile", "bound"), [(BINPACK, True), (DEFAULT, False)], ids=["binpack", "default"]
+)
+def test_binpack_scheduler_live_two_gpu_pod_after_six_one_gpu_pods(
+    pool: GpuPool, schedulers: dict[str, SchedulerHandle], profile: str, bound: bool
+) -> None:
+    """The seed's fragmentation example, made concrete: two 4-GPU nodes, six 1-GPU pods.
+
+    Spread 3+3, each node has one GPU left: two free GPUs in total, yet a 2-GPU pod fits
+    nowhere. Packed 4+2, the second node still has two free GPUs together.
+    """
+    nodes = pool.add_nodes(2, gpus=4)
+    placed = _place(pool, schedulers, profile, "small", 6)
+    assert _per_node(placed, nodes) == ([4, 2] if bound else [3, 3])
+    node = pool.schedule("two-gpus", schedulers[profile], profile, 2)
+    if bound:
+        assert node is not None and placed.count(node) == 2
+    else:
+        assert node is None
+        assert f"2 Insufficient {GPU}" in pool.unschedulable["two-gpus"]
+
+
+def test_binpack_scheduler_live_takes_its_own_lease(
+    control_plane: LocalControlPlane, schedulers: dict[str, SchedulerHandle]
+) -> None:
+    lease = control_plane.get(
+        f"/apis/coordination.k8s.io/v1/namespaces/{PROFILE.lease_namespace}/leases/{BINPACK}"
+    )
+    assert lease["spec"]["holderIdentity"]
+
+
+def _broken(mutate: Callable[[dict[str, Any]], None]) -> Callable[[LocalControlPlane], str]:
+    def build(cp: LocalControlPlane) -> str:
+        config = copy.deepcopy(_binpack_config(cp))
+        mutate(config)
+        return yaml.safe_dump(config)
+
+    return build
+
+
+def _fit_args(config: dict[str, Any]) -> dict[str, Any]:
+    args: dict[str, Any] = config["profiles"][0]["pluginConfig"][0]["args"]
+    return args
+
+
+def _enable_unknown_plugin(config: dict[str, Any]) -> None:
+    config["profiles"][0]["plugins"] = {"score": {"enabled": [{"name": "NodeResourcesFitt"}]}}
+
+
+def _rename_field(config: dict[str, Any]) -> None:
+    strategy = _fit_args(config)["scoringStrategy"]
+    strategy["requestedToCapacity"] = strategy.pop("requestedToCapacityRatio")
+
+
+def _unknown_strategy(config: dict[str, Any]) -> None:
+    _fit_args(config)["scoringStrategy"]["type"] = "RequestedToCapacity"
+
+
+def _old_api_version(config: dict[str, Any]) -> None:
+    config["apiVersion"] = "kubescheduler.config.k8s.io/v1beta3"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "complaint"),
+    [
+        (_enable_unknown_plugin, ("ScorePlugin", "NodeResourcesFitt", "does not exist")),
+        (_rename_field, ("unknown field", "scoringStrategy.requestedToCapacity")),
+        (_unknown_strategy, ("scoringStrategy.type: Unsupported value", "RequestedToCapacity")),
+        (_old_api_version, ("no kind", "kubescheduler.config.k8s.io/v1beta3")),
+    ],
+    ids=["plugin-name", "field-name", "strategy-type", "api-version"],
+)
+def test_binpack_scheduler_live_rejects_a_bad_render(
+    control_plane: LocalControlPlane,
+    mutate: Callable[[dict[str, Any]], None],
+    complaint: tuple[str, ...],
+) -> None:
+    """The same render with one mistake: kube-scheduler exits and says what is wrong."""
+    require_tools("kube-scheduler")
+    config = _broken(mutate)(control_plane)
+    with pytest.raises(ControlPlaneError, match="exited with code") as excinfo:
+        control_plane.start_scheduler(config, timeout=30).stop()
+    failed = [line for line in str(excinfo.value).splitlines() if "command failed" in line]
+    assert failed, str(excinfo.value)
+    assert all(part in failed[-1] for part in complaint), failed[-1]
+
+
+def test_binpack_scheduler_live_misnamed_plugin_config_is_caught_by_behaviour(
+    control_plane: LocalControlPlane, pool: GpuPool
+) -> None:
+    """kube-scheduler silently ignores pluginConfig for a plugin name it does not know.
+
+    Such a render starts fine, so the startup check cannot catch it; the scheduler then
+    runs the default LeastAllocated scoring and spreads, which the fill test catches.
+    """
+    require_tools("kube-scheduler")
+    name = f"typo-{pool.id}"
+    config = render_config(
+        replace(PROFILE, scheduler_name=name, leader_elect=False),
+        kubeconfig=str(control_plane.kubeconfig_path),
+    )
+    config["profiles"][0]["pluginConfig"][0]["name"] = "NodeResourcesFitt"
+    nodes = pool.add_nodes(3, gpus=4)
+    with control_plane.start_scheduler(yaml.safe_dump(config)) as typo:
+        placed = _place(pool, {name: typo}, name, "typo", 3)
+    assert _per_node(placed, nodes) == [1, 1, 1]
