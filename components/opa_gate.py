@@ -4,7 +4,10 @@ Two engines, one rule and one message:
 - `opa`: OPA 1.x + kube-mgmt behind a ValidatingWebhookConfiguration, with the Rego v1
   policies from policies/ (GPU resource names and scheduler name reach them as data);
 - `validating-admission-policy`: a native ValidatingAdmissionPolicy (CEL, GA since 1.30)
-  with its parameters in a ConfigMap; no webhook server at all.
+  with the same data written into its CEL; no webhook server at all.
+
+The module-level functions build what both the component and the live tests create
+(webhook, OPA arguments, policy ConfigMaps, the policy and its binding): one source of truth.
 
 Either way kube-system and the gate's own namespace carry openpolicyagent.org/webhook=ignore
 and are excluded, so the gate can never stop the cluster from restarting the gate itself.
@@ -42,6 +45,12 @@ MGMT_PORT = 8181
 # Always gated, whatever the config adds: whole GPUs and MIG profiles.
 BASE_GPU_RESOURCES = ("nvidia.com/gpu",)
 BASE_GPU_PREFIXES = ("nvidia.com/mig-",)
+# Name of the ValidatingWebhookConfiguration, ValidatingAdmissionPolicy and its binding.
+GATE_NAME = "gpu-scheduler-gate"
+WEBHOOK_NAME = "gpu-scheduler.gpu-cluster.io"
+GATE_CONFIG_FILE = "gate.json"
+MGMT_TOKEN_FILE = "token"
+MGMT_TOKEN_DATA_FILE = "token.json"
 
 
 def load_policies(directory: Path = POLICY_DIR) -> dict[str, str]:
@@ -64,51 +73,180 @@ def gate_data(
     }
 
 
-# CEL for the native engine. Same rule and message as policies/gpu_scheduler.rego for a
-# pod with one kind of GPU resource; with several, it names the first one found.
-# Ref: https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/
-_CEL_VARIABLES = [
-    ("resources", "params.data.gpu_resources.split(',')"),
-    ("prefixes", "params.data.gpu_resource_prefixes.split(',')"),
-    (
-        "containers",
-        "object.spec.containers"
+def ignore_selector() -> dict[str, Any]:
+    """Namespace selector of both engines: every namespace not labelled ignore."""
+    return {"matchExpressions": [{"key": IGNORE_LABEL, "operator": "NotIn", "values": ["ignore"]}]}
+
+
+def startup_policies(policies: Mapping[str, str]) -> dict[str, str]:
+    """{file name: source} OPA loads from its start-up directory: authz and health."""
+    return {f"{stem}.rego": policies[stem] for stem in STARTUP_POLICIES if stem in policies}
+
+
+def policy_config_maps(policies: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """{ConfigMap name: data} of the policies kube-mgmt loads into OPA (one per policy)."""
+    return {
+        f"policy-{stem.replace('_', '-')}": {f"{stem}.rego": source}
+        for stem, source in policies.items()
+        if stem not in STARTUP_POLICIES
+    }
+
+
+def mgmt_token_data(token: str) -> dict[str, str]:
+    """The management token Secret's files: raw for kube-mgmt, JSON for OPA's data."""
+    return {MGMT_TOKEN_FILE: token, MGMT_TOKEN_DATA_FILE: json.dumps({"token": token})}
+
+
+def opa_run_args(
+    *,
+    https_addr: str = f"0.0.0.0:{OPA_PORT}",
+    mgmt_addr: str = f"127.0.0.1:{MGMT_PORT}",
+    certs_dir: str = "/certs",
+    startup_dir: str = "/startup",
+    config_dir: str = "/config",
+    mgmt_dir: str = "/mgmt",
+) -> list[str]:
+    """`opa` arguments: HTTPS for the API server, token-guarded management on loopback.
+
+    The directories hold the serving Secret (tls.crt, tls.key), startup_policies(),
+    the gate data (gate.json) and mgmt_token_data(); OPA reads them at start.
+    """
+    return [
+        "run",
+        "--server",
+        f"--addr=https://{https_addr}",
+        # Management API for kube-mgmt: loopback only, and token-protected.
+        f"--addr=http://{mgmt_addr}",
+        f"--tls-cert-file={certs_dir}/tls.crt",
+        f"--tls-private-key-file={certs_dir}/tls.key",
+        "--authentication=token",
+        "--authorization=basic",
+        "--skip-version-check",
+        "--log-format=json",
+        startup_dir,
+        f"gpu_cluster.config:{config_dir}/{GATE_CONFIG_FILE}",
+        f"gpu_cluster.mgmt:{mgmt_dir}/{MGMT_TOKEN_DATA_FILE}",
+    ]
+
+
+def webhook_spec(
+    *,
+    client_config: Mapping[str, Any],
+    failure_policy: FailurePolicy = "Fail",
+    timeout_seconds: int = 5,
+) -> dict[str, Any]:
+    """The ValidatingWebhookConfiguration's one webhook; OPA answers at path `/`."""
+    return {
+        "name": WEBHOOK_NAME,
+        "admissionReviewVersions": ["v1"],
+        # Also makes the API server call the gate for dry-run requests.
+        "sideEffects": "None",
+        "failurePolicy": failure_policy,
+        "timeoutSeconds": timeout_seconds,
+        "matchPolicy": "Equivalent",
+        "namespaceSelector": ignore_selector(),
+        "rules": [
+            {
+                "operations": ["CREATE"],
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "resources": ["pods"],
+                "scope": "Namespaced",
+            }
+        ],
+        "clientConfig": dict(client_config),
+    }
+
+
+def _cel_literal(value: str | Sequence[str]) -> str:
+    # JSON strings and lists of strings are valid CEL literals.
+    return json.dumps(value if isinstance(value, str) else list(value))
+
+
+def _cel_gpu_names(section: str) -> str:
+    """CEL: the GPU resources container `c` asks for in `section`, quantity above zero."""
+    return (
+        f"(has(c.resources.{section}) ? c.resources.{section}.filter(r,"
+        " (r in variables.gpuResources || variables.gpuPrefixes.exists(p, r.startsWith(p)))"
+        f" && quantity(string(c.resources.{section}[r])).isGreaterThan(quantity('0'))) : [])"
+    )
+
+
+# The smallest string of a non-empty list L, in CEL (no sort() in the API server's CEL).
+_CEL_SMALLEST = "{l}.filter(x, {l}.all(y, x <= y))[0]"
+
+
+def admission_policy_spec(
+    config: Mapping[str, Any], failure_policy: FailurePolicy = "Fail"
+) -> dict[str, Any]:
+    """The ValidatingAdmissionPolicy: policies/gpu_scheduler.rego's rule and message in CEL.
+
+    `config` is gate_data(); it is written into the CEL as literals rather than read from a
+    parameter object, because a binding whose parameter is missing denies every request it
+    matches, CPU pods included, and a ConfigMap could drop the always-gated nvidia.com/gpu.
+    With several kinds of GPU resource the message names the alphabetically first, which is
+    the first of the Rego policy's (sorted) messages.
+    Ref: https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/
+    """
+    variables = {
+        "gpuResources": _cel_literal(config["gpu_resources"]),
+        "gpuPrefixes": _cel_literal([p for p in config["gpu_resource_prefixes"] if p]),
+        "requiredScheduler": _cel_literal(config["scheduler_name"]),
+        "containers": "object.spec.containers"
         " + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
         " + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])",
-    ),
-    (
-        "gpuByContainer",
-        "variables.containers.map(c, !has(c.resources) ? [] :"
-        " (has(c.resources.requests) ? c.resources.requests.filter(r,"
-        " (r in variables.resources || variables.prefixes.exists(p, p != '' && r.startsWith(p)))"
-        " && quantity(string(c.resources.requests[r])).sign() > 0) : [])"
-        " + (has(c.resources.limits) ? c.resources.limits.filter(r,"
-        " (r in variables.resources || variables.prefixes.exists(p, p != '' && r.startsWith(p)))"
-        " && quantity(string(c.resources.limits[r])).sign() > 0) : []))",
-    ),
-    ("gpuContainers", "variables.gpuByContainer.filter(l, size(l) > 0)"),
-    (
-        "podName",
-        "(has(object.metadata.namespace) && object.metadata.namespace != ''"
+        "gpuByContainer": "variables.containers.map(c, !has(c.resources) ? [] : "
+        + _cel_gpu_names("requests")
+        + " + "
+        + _cel_gpu_names("limits")
+        + ")",
+        # The first GPU resource (by name) of each container asking for one.
+        "gpuNames": "variables.gpuByContainer.filter(l, size(l) > 0)"
+        ".map(l, " + _CEL_SMALLEST.format(l="l") + ")",
+        "podName": "(has(object.metadata.namespace) && object.metadata.namespace != ''"
         " ? object.metadata.namespace : request.namespace) + '/'"
         " + (has(object.metadata.name) && object.metadata.name != ''"
         " ? object.metadata.name : (has(object.metadata.generateName)"
         " ? object.metadata.generateName : '<unnamed>'))",
-    ),
-    (
-        "schedulerName",
-        "has(object.spec.schedulerName) ? '\"' + object.spec.schedulerName + '\"' : 'unset'",
-    ),
-]
-_CEL_RULE = (
-    "size(variables.gpuContainers) == 0"
-    " || (has(object.spec.schedulerName) && object.spec.schedulerName == params.data.scheduler_name)"
-)
-_CEL_MESSAGE = (
-    "'pod \"' + variables.podName + '\" requests ' + variables.gpuContainers[0][0]"
-    " + ' but spec.schedulerName is ' + variables.schedulerName"
-    " + '; GPU pods must set spec.schedulerName: ' + params.data.scheduler_name"
-)
+        "schedulerShown": "has(object.spec.schedulerName)"
+        " ? '\"' + object.spec.schedulerName + '\"' : 'unset'",
+    }
+    return {
+        "failurePolicy": failure_policy,
+        "matchConstraints": {
+            "namespaceSelector": ignore_selector(),
+            "resourceRules": [
+                {
+                    "operations": ["CREATE"],
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "resources": ["pods"],
+                }
+            ],
+        },
+        "variables": [{"name": n, "expression": e} for n, e in variables.items()],
+        "validations": [
+            {
+                "expression": "size(variables.gpuNames) == 0"
+                " || (has(object.spec.schedulerName)"
+                " && object.spec.schedulerName == variables.requiredScheduler)",
+                "messageExpression": "'pod \"' + variables.podName + '\" requests '"
+                " + " + _CEL_SMALLEST.format(l="variables.gpuNames") + ""
+                " + ' but spec.schedulerName is ' + variables.schedulerShown"
+                " + '; GPU pods must set spec.schedulerName: ' + variables.requiredScheduler",
+                "reason": "Forbidden",
+            }
+        ],
+    }
+
+
+def admission_policy_binding_spec(policy_name: Any = GATE_NAME) -> dict[str, Any]:
+    """The binding: enforce (Deny) everywhere but in namespaces labelled ignore."""
+    return {
+        "policyName": policy_name,
+        "validationActions": ["Deny"],
+        "matchResources": {"namespaceSelector": ignore_selector()},
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,11 +342,6 @@ class OpaGate(pulumi.ComponentResource):
     def _meta(self, name: str, **extra: Any) -> dict[str, Any]:
         return {"name": name, "namespace": self._args.namespace, "labels": self._labels, **extra}
 
-    def _selector(self) -> dict[str, Any]:
-        return {
-            "matchExpressions": [{"key": IGNORE_LABEL, "operator": "NotIn", "values": ["ignore"]}]
-        }
-
     # ------------------------------------------------------------------ engine: opa
 
     def _certificates(
@@ -275,39 +408,34 @@ class OpaGate(pulumi.ComponentResource):
         mgmt = k8s.core.v1.Secret(
             f"{name}-mgmt-token",
             metadata=self._meta("opa-mgmt-token"),
-            string_data={
-                "token": token,
-                "token.json": token.apply(lambda t: json.dumps({"token": t})),
-            },
+            string_data=token.apply(mgmt_token_data),
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
         )
         startup = k8s.core.v1.ConfigMap(
             f"{name}-startup-policies",
             metadata=self._meta("opa-startup-policies"),
-            data={f"{p}.rego": args.policies[p] for p in STARTUP_POLICIES if p in args.policies},
+            data=startup_policies(args.policies),
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
         )
         gate_config = k8s.core.v1.ConfigMap(
             f"{name}-config",
             metadata=self._meta("gpu-gate-config"),
-            data={"gate.json": config.apply(lambda c: json.dumps(c, sort_keys=True))},
+            data={GATE_CONFIG_FILE: config.apply(lambda c: json.dumps(c, sort_keys=True))},
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
         )
         # kube-mgmt loads every ConfigMap in the namespace with this label into OPA.
         policy_maps = [
             k8s.core.v1.ConfigMap(
-                f"{name}-policy-{stem.replace('_', '-')}",
+                f"{name}-{map_name}",
                 metadata=self._meta(
-                    f"policy-{stem.replace('_', '-')}",
-                    labels={**self._labels, "openpolicyagent.org/policy": "rego"},
+                    map_name, labels={**self._labels, "openpolicyagent.org/policy": "rego"}
                 ),
-                data={f"{stem}.rego": source},
+                data=data,
                 opts=pulumi.ResourceOptions.merge(
                     child, pulumi.ResourceOptions(depends_on=exclusions)
                 ),
             )
-            for stem, source in args.policies.items()
-            if stem not in STARTUP_POLICIES
+            for map_name, data in policy_config_maps(args.policies).items()
         ]
         account = k8s.core.v1.ServiceAccount(
             f"{name}-sa",
@@ -357,22 +485,7 @@ class OpaGate(pulumi.ComponentResource):
                 {
                     "name": "opa",
                     "image": args.opa_image,
-                    "args": [
-                        "run",
-                        "--server",
-                        f"--addr=https://0.0.0.0:{OPA_PORT}",
-                        # Management API for kube-mgmt: loopback only, and token-protected.
-                        f"--addr=http://127.0.0.1:{MGMT_PORT}",
-                        "--tls-cert-file=/certs/tls.crt",
-                        "--tls-private-key-file=/certs/tls.key",
-                        "--authentication=token",
-                        "--authorization=basic",
-                        "--skip-version-check",
-                        "--log-format=json",
-                        "/startup",
-                        "gpu_cluster.config:/config/gate.json",
-                        "gpu_cluster.mgmt:/mgmt/token.json",
-                    ],
+                    "args": opa_run_args(),
                     "ports": [{"name": "https", "containerPort": OPA_PORT}],
                     "readinessProbe": {
                         "httpGet": {**https, "path": "/health/ready"},
@@ -401,7 +514,7 @@ class OpaGate(pulumi.ComponentResource):
                     "image": args.kube_mgmt_image,
                     "args": [
                         f"--opa-url=http://127.0.0.1:{MGMT_PORT}/v1",
-                        "--opa-auth-token-file=/mgmt/token",
+                        f"--opa-auth-token-file=/mgmt/{MGMT_TOKEN_FILE}",
                         f"--namespaces={args.namespace}",
                         "--enable-policies=true",
                         "--enable-data=false",
@@ -463,26 +576,10 @@ class OpaGate(pulumi.ComponentResource):
         # policy is loaded) and both excluded namespaces carry the ignore label.
         webhook = k8s.admissionregistration.v1.ValidatingWebhookConfiguration(
             f"{name}-webhook",
-            metadata={"name": "gpu-scheduler-gate", "labels": self._labels},
+            metadata={"name": GATE_NAME, "labels": self._labels},
             webhooks=[
-                {
-                    "name": "gpu-scheduler.gpu-cluster.io",
-                    "admissionReviewVersions": ["v1"],
-                    "sideEffects": "None",
-                    "failurePolicy": args.failure_policy,
-                    "timeoutSeconds": args.timeout_seconds,
-                    "matchPolicy": "Equivalent",
-                    "namespaceSelector": self._selector(),
-                    "rules": [
-                        {
-                            "operations": ["CREATE"],
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "resources": ["pods"],
-                            "scope": "Namespaced",
-                        }
-                    ],
-                    "clientConfig": {
+                webhook_spec(
+                    client_config={
                         "caBundle": ca.cert_pem.apply(
                             lambda pem: base64.b64encode(pem.encode()).decode()
                         ),
@@ -493,7 +590,9 @@ class OpaGate(pulumi.ComponentResource):
                             "port": 443,
                         },
                     },
-                }
+                    failure_policy=args.failure_policy,
+                    timeout_seconds=args.timeout_seconds,
+                )
             ],
             opts=pulumi.ResourceOptions.merge(
                 child, pulumi.ResourceOptions(depends_on=[deployment, service, *exclusions])
@@ -507,61 +606,16 @@ class OpaGate(pulumi.ComponentResource):
         self, config: pulumi.Output[dict[str, Any]], exclusions: list[pulumi.Resource]
     ) -> pulumi.Output[str]:
         name, args, child = self._name, self._args, self._child
-        params = k8s.core.v1.ConfigMap(
-            f"{name}-params",
-            metadata=self._meta("gpu-gate-params"),
-            data={
-                "scheduler_name": config.apply(lambda c: c["scheduler_name"]),
-                "gpu_resources": config.apply(lambda c: ",".join(c["gpu_resources"])),
-                "gpu_resource_prefixes": config.apply(
-                    lambda c: ",".join(c["gpu_resource_prefixes"])
-                ),
-            },
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
-        )
-        match = {
-            "namespaceSelector": self._selector(),
-            "resourceRules": [
-                {
-                    "operations": ["CREATE"],
-                    "apiGroups": [""],
-                    "apiVersions": ["v1"],
-                    "resources": ["pods"],
-                }
-            ],
-        }
         policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
             f"{name}-policy",
-            metadata={"name": "gpu-scheduler-gate", "labels": self._labels},
-            spec={
-                "failurePolicy": args.failure_policy,
-                "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
-                "matchConstraints": match,
-                "variables": [{"name": n, "expression": e} for n, e in _CEL_VARIABLES],
-                "validations": [
-                    {
-                        "expression": _CEL_RULE,
-                        "messageExpression": _CEL_MESSAGE,
-                        "reason": "Forbidden",
-                    }
-                ],
-            },
+            metadata={"name": GATE_NAME, "labels": self._labels},
+            spec=config.apply(lambda c: admission_policy_spec(c, args.failure_policy)),
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
         )
         binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
             f"{name}-binding",
-            metadata={"name": "gpu-scheduler-gate", "labels": self._labels},
-            spec={
-                "policyName": policy.metadata.name,
-                "validationActions": ["Deny"],
-                # A missing parameter ConfigMap denies GPU pods instead of silently allowing.
-                "paramRef": {
-                    "name": params.metadata.name,
-                    "namespace": args.namespace,
-                    "parameterNotFoundAction": "Deny",
-                },
-                "matchResources": {"namespaceSelector": self._selector()},
-            },
+            metadata={"name": GATE_NAME, "labels": self._labels},
+            spec=admission_policy_binding_spec(policy.metadata.name),
             opts=child,
         )
         return binding.metadata.apply(lambda m: m.name)

@@ -108,17 +108,16 @@ def test_main_bad_config_declares_nothing() -> None:
 
 def test_main_gate_takes_scheduler_name_and_advertised_resources_from_their_layers() -> None:
     recording = run_program("dev")
-    (params,) = [
-        c for c in recording.of_type("kubernetes:core/v1:ConfigMap") if c.name == "gpu-gate-params"
-    ]
-    assert params.inputs["data"] == {
-        "scheduler_name": "gpu-binpack-scheduler",
-        "gpu_resources": "example.com/dongle,nvidia.com/gpu",
-        "gpu_resource_prefixes": "nvidia.com/mig-",
-    }
+    (policy,) = recording.of_type(
+        "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+    )
+    variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
+    assert variables["requiredScheduler"] == '"gpu-binpack-scheduler"'
+    assert variables["gpuResources"] == '["example.com/dongle", "nvidia.com/gpu"]'
+    assert variables["gpuPrefixes"] == '["nvidia.com/mig-"]'
     scheduler = recording.named("binpack-scheduler-deployment")
     dongle = recording.named("extended-lab-worker-1-example.com-dongle")
-    assert {scheduler.urn, dongle.urn} <= set(params.dependencies)
+    assert {scheduler.urn, dongle.urn} <= set(policy.dependencies)
 
 
 def test_main_engines_and_failure_policy_differ_per_stack() -> None:

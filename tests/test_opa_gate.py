@@ -10,7 +10,14 @@ import json
 from typing import Any
 
 from components import ClusterAccess, OpaGate, OpaGateArgs
-from components.opa_gate import load_policies
+from components.opa_gate import (
+    admission_policy_binding_spec,
+    admission_policy_spec,
+    gate_data,
+    ignore_selector,
+    load_policies,
+    opa_run_args,
+)
 from tests.conftest import Recording, register
 
 WEBHOOK = "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration"
@@ -141,6 +148,22 @@ def test_opa_gate_management_api_is_loopback_only() -> None:
         "path": "/health/ready",
     }
     assert opa["image"].startswith("openpolicyagent/opa:1.")
+    assert opa["args"] == opa_run_args()
+
+
+def test_opa_gate_kube_mgmt_and_opa_share_the_management_token() -> None:
+    recording = _make_gate()
+    (deployment,) = recording.of_type("kubernetes:apps/v1:Deployment")
+    opa, kube_mgmt = deployment.inputs["spec"]["template"]["spec"]["containers"]
+    (secret,) = [
+        s for s in recording.of_type("kubernetes:core/v1:Secret") if s.name == "gate-mgmt-token"
+    ]
+    assert "stringData" in secret.secret_inputs
+    token = secret.inputs["stringData"]["value"]  # the whole map is one secret
+    assert json.loads(token["token.json"]) == {"token": token["token"]}
+    assert len(token["token"]) == 64
+    assert "--opa-auth-token-file=/mgmt/token" in kube_mgmt["args"]
+    assert "gpu_cluster.mgmt:/mgmt/token.json" in opa["args"]
 
 
 def test_opa_gate_rbac_is_configmaps_in_its_namespace() -> None:
@@ -164,9 +187,34 @@ def test_opa_gate_native_engine_has_no_webhook_server() -> None:
     assert recording.of_type("tls:index/privateKey:PrivateKey") == []
     (policy,) = recording.of_type(VAP)
     (binding,) = recording.of_type(VAP_BINDING)
-    assert policy.inputs["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
-    assert binding.inputs["spec"]["paramRef"]["parameterNotFoundAction"] == "Deny"
+    assert binding.inputs["spec"] == admission_policy_binding_spec("gpu-scheduler-gate")
     assert binding.inputs["spec"]["validationActions"] == ["Deny"]
+    assert policy.inputs["spec"]["matchConstraints"]["namespaceSelector"] == ignore_selector()
+
+
+def test_opa_gate_native_engine_writes_gate_data_into_the_policy() -> None:
+    recording = _make_gate(
+        engine="validating-admission-policy", scheduler_name="gpu-pack", failure_policy="Ignore"
+    )
+    (policy,) = recording.of_type(VAP)
+    spec = policy.inputs["spec"]
+    assert spec == admission_policy_spec(
+        gate_data("gpu-pack", ["example.com/dongle"], []), "Ignore"
+    )
+    variables = {v["name"]: v["expression"] for v in spec["variables"]}
+    assert variables["requiredScheduler"] == '"gpu-pack"'
+    assert variables["gpuResources"] == '["example.com/dongle", "nvidia.com/gpu"]'
+    assert variables["gpuPrefixes"] == '["nvidia.com/mig-"]'
+
+
+def test_opa_gate_native_engine_needs_no_parameter_object() -> None:
+    # A binding whose parameter object is missing denies every pod it matches, CPU pods too.
+    recording = _make_gate(engine="validating-admission-policy")
+    (policy,) = recording.of_type(VAP)
+    (binding,) = recording.of_type(VAP_BINDING)
+    assert "paramKind" not in policy.inputs["spec"]
+    assert "paramRef" not in binding.inputs["spec"]
+    assert _config_maps(recording) == {}
 
 
 def test_opa_gate_opa_engine_has_no_admission_policy() -> None:

@@ -1,0 +1,368 @@
+"""OpaGate's two engines against the real kube-apiserver, the webhook one with the real OPA.
+
+Everything the API server gets is built by the component's own functions: the webhook
+(webhook_spec, pointed at a local OPA through clientConfig.url instead of the in-cluster
+Service), OPA's arguments and files (opa_run_args, startup_policies, gate_data,
+mgmt_token_data), the policy ConfigMaps that kube-mgmt would push through the token-guarded
+management API (policy_config_maps), and the ValidatingAdmissionPolicy and its binding.
+Pods are created with dryRun=All, so nothing is stored. The control plane is shared by the
+session: each engine is active only inside its fixture, which removes it (and waits until
+the API server has forgotten it) even when the test fails.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import re
+import secrets
+import ssl
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from components.opa_gate import (
+    ADMISSION_ENGINES,
+    GATE_CONFIG_FILE,
+    GATE_NAME,
+    IGNORE_LABEL,
+    WEBHOOK_NAME,
+    admission_policy_binding_spec,
+    admission_policy_spec,
+    gate_data,
+    load_policies,
+    mgmt_token_data,
+    opa_run_args,
+    policy_config_maps,
+    startup_policies,
+    webhook_spec,
+)
+from tests.integration.conftest import require_tools
+from tools.harness import LocalControlPlane, ManagedProcess, find_tool, free_port
+from tools.harness.certs import CertificateAuthority, write_private
+
+SCHEDULER = "gpu-binpack-scheduler"
+GATE_CONFIG = gate_data(SCHEDULER, ["example.com/dongle"], [])
+LOOPBACK = "127.0.0.1"
+# Until OPA answers, a new gate is in force, or a removed one is forgotten.
+TIMEOUT_S = 30.0
+POLL_S = 0.25
+
+# How the API server reports each engine's denial: (prefix of Status.message, policy message).
+DENIAL = {
+    "opa": re.compile(
+        rf"^admission webhook \"{re.escape(WEBHOOK_NAME)}\" denied the request: (?P<message>.*)$"
+    ),
+    "validating-admission-policy": re.compile(
+        r"^pods \"[^\"]+\" is forbidden: ValidatingAdmissionPolicy"
+        rf" '{GATE_NAME}' with binding '{GATE_NAME}' denied request: (?P<message>.*)$"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class OpaServer:
+    """A running `opa run` with the gate's policies, data and token authorization."""
+
+    url: str
+    ca_pem: bytes
+    process: ManagedProcess
+
+    def context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cadata=self.ca_pem.decode())
+
+
+@dataclass(frozen=True)
+class Namespaces:
+    gated: str
+    ignored: str
+
+
+def _http(request: urllib.request.Request, context: ssl.SSLContext | None = None) -> int:
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
+    )
+    try:
+        with opener.open(request, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, OSError):
+        return 0  # not listening (yet)
+
+
+def _wait_for(what: str, check: Callable[[], bool], diagnose: Callable[[], str]) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} not seen within {TIMEOUT_S:.0f} s\n{diagnose()}", pytrace=False)
+        time.sleep(POLL_S)
+
+
+# ------------------------------------------------------------------------- OPA
+
+
+@pytest.fixture(scope="module")
+def opa_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpaServer]:
+    """OPA started as the Deployment starts it, then loaded as kube-mgmt loads it."""
+    require_tools("opa")
+    opa = find_tool("opa")
+    assert opa is not None
+    root = tmp_path_factory.mktemp("opa-gate")
+    dirs = {name: root / name for name in ("certs", "startup", "config", "mgmt")}
+    for directory in dirs.values():
+        directory.mkdir()
+    ca = CertificateAuthority("gpu-cluster opa-gate test CA")
+    serving = ca.issue("opa", ip_addresses=[LOOPBACK], server=True)
+    (dirs["certs"] / "tls.crt").write_bytes(serving.cert_pem)
+    write_private(dirs["certs"] / "tls.key", serving.key_pem)
+    policies = load_policies()
+    for file_name, source in startup_policies(policies).items():
+        (dirs["startup"] / file_name).write_text(source)
+    (dirs["config"] / GATE_CONFIG_FILE).write_text(json.dumps(GATE_CONFIG))
+    token = secrets.token_hex(32)
+    for file_name, content in mgmt_token_data(token).items():
+        write_private(dirs["mgmt"] / file_name, content.encode())
+
+    port, mgmt_port = free_port(), free_port()
+    argv = opa_run_args(
+        https_addr=f"{LOOPBACK}:{port}",
+        mgmt_addr=f"{LOOPBACK}:{mgmt_port}",
+        **{f"{name}_dir": str(path) for name, path in dirs.items()},
+    )
+    process = ManagedProcess("opa", [str(opa), *argv], root / "opa.log")
+    process.start()
+    server = OpaServer(url=f"https://{LOOPBACK}:{port}", ca_pem=ca.cert_pem, process=process)
+    try:
+        mgmt = f"http://{LOOPBACK}:{mgmt_port}"
+        _wait_for(
+            "OPA's management listener",
+            lambda: process.running() and _http(urllib.request.Request(f"{mgmt}/health")) == 200,
+            process.tail,
+        )
+        # What kube-mgmt does with each labelled ConfigMap: PUT its keys as policies.
+        for map_name, data in policy_config_maps(policies).items():
+            for key, source in data.items():
+                put = urllib.request.Request(
+                    f"{mgmt}/v1/policies/gpu-admission/{map_name}/{key}",
+                    data=source.encode(),
+                    method="PUT",
+                    headers={"Authorization": f"Bearer {token}", "Content-Type": "text/plain"},
+                )
+                status = _http(put)
+                assert status == 200, f"loading {map_name}/{key}: HTTP {status}\n{process.tail()}"
+        # The readiness probe: anonymous GET over HTTPS, ready once policy and data are in.
+        ready = urllib.request.Request(f"{server.url}/health/ready")
+        _wait_for(
+            "OPA readiness (/health/ready)",
+            lambda: process.running() and _http(ready, server.context()) == 200,
+            process.tail,
+        )
+        yield server
+    finally:
+        process.stop()
+
+
+def test_opa_gate_live_management_api_refuses_anonymous_policy_upload(
+    opa_server: OpaServer,
+) -> None:
+    # The HTTPS listener is what the Service exposes: anonymous callers get decisions only.
+    upload = urllib.request.Request(
+        f"{opa_server.url}/v1/policies/evil", data=b"package evil", method="PUT"
+    )
+    read = urllib.request.Request(f"{opa_server.url}/v1/data/gpu_cluster/mgmt")
+    assert _http(upload, opa_server.context()) == 401
+    assert _http(read, opa_server.context()) == 401
+
+
+# ---------------------------------------------------------------- API server
+
+
+def _pod(name: str, *, gpu: bool, scheduler: str | None) -> client.V1Pod:
+    limits = {"cpu": "1", "nvidia.com/gpu": "1"} if gpu else {"cpu": "1"}
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1PodSpec(
+            scheduler_name=scheduler,
+            automount_service_account_token=False,
+            containers=[
+                client.V1Container(
+                    name="main",
+                    image="registry.invalid/train:1",
+                    resources=client.V1ResourceRequirements(limits=limits),
+                )
+            ],
+        ),
+    )
+
+
+def _create(api_client: Any, namespace: str, pod: client.V1Pod) -> str | None:
+    """Dry-run create: None when admitted, else the API server's Status.message."""
+    try:
+        client.CoreV1Api(api_client).create_namespaced_pod(namespace, pod, dry_run="All")
+    except ApiException as exc:
+        if exc.status not in (400, 403, 422, 500):
+            raise
+        message: str = json.loads(exc.body or "{}").get("message", str(exc))
+        return message
+    return None
+
+
+def _denied_by(engine: str, outcome: str | None) -> bool:
+    return outcome is not None and DENIAL[engine].match(outcome) is not None
+
+
+@pytest.fixture(scope="module")
+def namespaces(control_plane: LocalControlPlane) -> Iterator[Namespaces]:
+    suffix = uuid.uuid4().hex[:8]
+    made = Namespaces(gated=f"gate-team-{suffix}", ignored=f"gate-ignored-{suffix}")
+    control_plane.create_namespace(made.gated)
+    control_plane.create_namespace(made.ignored)
+    control_plane.request(
+        "PATCH",
+        f"/api/v1/namespaces/{made.ignored}",
+        {"metadata": {"labels": {IGNORE_LABEL: "ignore"}}},
+    )
+    try:
+        yield made
+    finally:
+        for name in (made.gated, made.ignored):
+            with contextlib.suppress(urllib.error.HTTPError):
+                control_plane.request("DELETE", f"/api/v1/namespaces/{name}")
+
+
+@contextlib.contextmanager
+def _webhook_engine(cp: LocalControlPlane, opa: OpaServer) -> Iterator[None]:
+    path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+    hook = webhook_spec(
+        client_config={
+            "url": f"{opa.url}/",
+            "caBundle": base64.b64encode(opa.ca_pem).decode(),
+        },
+        failure_policy="Fail",
+        timeout_seconds=5,
+    )
+    cp.request("POST", path, {"metadata": {"name": GATE_NAME}, "webhooks": [hook]})
+    try:
+        yield
+    finally:
+        cp.request("DELETE", f"{path}/{GATE_NAME}")
+
+
+@contextlib.contextmanager
+def _policy_engine(cp: LocalControlPlane) -> Iterator[None]:
+    api = "/apis/admissionregistration.k8s.io/v1"
+    policy = {"metadata": {"name": GATE_NAME}, "spec": admission_policy_spec(GATE_CONFIG)}
+    binding = {"metadata": {"name": GATE_NAME}, "spec": admission_policy_binding_spec()}
+    cp.request("POST", f"{api}/validatingadmissionpolicies", policy)
+    try:
+        cp.request("POST", f"{api}/validatingadmissionpolicybindings", binding)
+        try:
+            yield
+        finally:
+            cp.request("DELETE", f"{api}/validatingadmissionpolicybindings/{GATE_NAME}")
+    finally:
+        cp.request("DELETE", f"{api}/validatingadmissionpolicies/{GATE_NAME}")
+
+
+@contextlib.contextmanager
+def _engine_active(
+    engine: str, cp: LocalControlPlane, api_client: Any, namespace: str, opa: OpaServer | None
+) -> Iterator[None]:
+    """The engine registered and in force; afterwards removed and no longer enforced."""
+    probe = _pod(f"probe-{uuid.uuid4().hex[:6]}", gpu=True, scheduler=None)
+    last: list[str | None] = [None]
+
+    def outcome() -> str | None:
+        last[0] = _create(api_client, namespace, probe)
+        return last[0]
+
+    def diagnose() -> str:
+        logs = cp.logs()["kube-apiserver"]
+        if opa is not None:
+            logs += f"\n--- opa ---\n{opa.process.tail()}"
+        return f"last answer for a GPU pod: {last[0]!r}\n{logs}"
+
+    registered = _webhook_engine(cp, opa) if opa is not None else _policy_engine(cp)
+    with registered:
+        _wait_for(f"{engine} denying a GPU pod", lambda: _denied_by(engine, outcome()), diagnose)
+        yield
+    _wait_for(f"{engine} removed", lambda: outcome() is None, diagnose)
+
+
+@pytest.fixture(params=ADMISSION_ENGINES)
+def engine(
+    request: pytest.FixtureRequest,
+    control_plane: LocalControlPlane,
+    api_client: Any,
+    namespaces: Namespaces,
+) -> Iterator[str]:
+    """Each engine in turn, in force on the session's API server for one test."""
+    name: str = request.param
+    opa = request.getfixturevalue("opa_server") if name == "opa" else None
+    with _engine_active(name, control_plane, api_client, namespaces.gated, opa):
+        yield name
+
+
+def test_opa_gate_live_denies_gpu_pod_without_scheduler_name(
+    engine: str, api_client: Any, namespaces: Namespaces
+) -> None:
+    outcome = _create(api_client, namespaces.gated, _pod("train-0", gpu=True, scheduler=None))
+
+    assert outcome is not None, f"{engine} admitted a GPU pod on the default scheduler"
+    denial = DENIAL[engine].match(outcome)
+    assert denial, f"not denied by {engine}: {outcome}"
+    # The API server defaults schedulerName before validating admission runs.
+    assert denial["message"] == (
+        f'pod "{namespaces.gated}/train-0" requests nvidia.com/gpu but spec.schedulerName'
+        f' is "default-scheduler"; GPU pods must set spec.schedulerName: {SCHEDULER}'
+    )
+
+
+def test_opa_gate_live_admits_gpu_pod_on_binpack_scheduler(
+    engine: str, api_client: Any, namespaces: Namespaces
+) -> None:
+    pod = _pod("train-1", gpu=True, scheduler=SCHEDULER)
+    assert _create(api_client, namespaces.gated, pod) is None
+
+
+def test_opa_gate_live_admits_cpu_only_pod(
+    engine: str, api_client: Any, namespaces: Namespaces
+) -> None:
+    pod = _pod("web-0", gpu=False, scheduler=None)
+    assert _create(api_client, namespaces.gated, pod) is None
+
+
+def test_opa_gate_live_admits_gpu_pod_in_ignored_namespace(
+    engine: str, api_client: Any, namespaces: Namespaces
+) -> None:
+    pod = _pod("train-2", gpu=True, scheduler=None)
+    assert _create(api_client, namespaces.ignored, pod) is None
+
+
+def test_opa_gate_live_engines_deny_with_the_same_message(
+    control_plane: LocalControlPlane,
+    api_client: Any,
+    namespaces: Namespaces,
+    opa_server: OpaServer,
+) -> None:
+    pod = _pod("train-3", gpu=True, scheduler="default-scheduler")
+    messages = {}
+    for name in ADMISSION_ENGINES:
+        opa = opa_server if name == "opa" else None
+        with _engine_active(name, control_plane, api_client, namespaces.gated, opa):
+            outcome = _create(api_client, namespaces.gated, pod) or ""
+        denial = DENIAL[name].match(outcome)
+        assert denial, f"not denied by {name}: {outcome!r}"
+        messages[name] = denial["message"]
+
+    assert messages["validating-admission-policy"] == messages["opa"]
