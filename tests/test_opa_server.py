@@ -1,9 +1,11 @@
 """The admission policy served by a real `opa run --server` over TLS, as the API server calls it.
 
-OPA is started the way the webhook deployment starts it: policies without their tests,
-the gate configuration loaded at data.gpu_cluster.config with a `<dotted-path>:<file>`
-argument, HTTPS on the main listener and /health on a plain-HTTP diagnostic listener.
-AdmissionReviews are POSTed to `/`, OPA's default decision (data.system.main).
+OPA gets the policies without their tests and the gate configuration at
+data.gpu_cluster.config (a `<dotted-path>:<file>` argument), HTTPS on the main listener and
+/health on a plain-HTTP diagnostic listener, and no authorization policy, so the data API
+can be inspected. AdmissionReviews are POSTed to `/`, OPA's default decision (data.system.main).
+tests/integration/test_opa_gate_live.py starts OPA exactly as the Deployment does (token
+authorization, policies pushed as kube-mgmt pushes them) behind the real kube-apiserver.
 """
 
 from __future__ import annotations
@@ -11,9 +13,6 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import json
-import os
-import shutil
-import socket
 import ssl
 import subprocess
 import time
@@ -30,6 +29,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tests.integration.conftest import require_tools
+from tools.harness import find_tool, free_port
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,20 +45,6 @@ GATE_CONFIG = {
     "gpu_resource_prefixes": ["nvidia.com/mig-"],
 }
 REVIEW_UID = "705ab4f5-6393-11e8-b7cc-42010a800002"
-
-
-def find_opa() -> Path | None:
-    """GPU_CLUSTER_TOOLS_BIN/opa, else <repo>/.tools/bin/opa, else `opa` on PATH."""
-    candidates: list[Path] = []
-    tools_bin = os.environ.get("GPU_CLUSTER_TOOLS_BIN")
-    if tools_bin:
-        candidates.append(Path(tools_bin) / "opa")
-    candidates.append(REPO / ".tools" / "bin" / "opa")
-    for candidate in candidates:
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    on_path = shutil.which("opa")
-    return Path(on_path) if on_path else None
 
 
 @dataclass(frozen=True)
@@ -88,13 +76,6 @@ class OpaServer:
         with urllib.request.urlopen(request, context=context, timeout=10) as response:
             body: dict[str, Any] = json.load(response)
             return body
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _write_tls_files(directory: Path) -> TlsFiles:
@@ -224,12 +205,10 @@ def opa_argv(opa: Path, tls: TlsFiles, gate_config: Path, port: int, diag_port: 
 
 @pytest.fixture(scope="module")
 def opa() -> Path:
-    binary = find_opa()
-    if binary is None:
-        message = "opa not built: run make tools"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{message} (a missing tool under CI is a failure)")
-        pytest.skip(message)
+    """The harness's OPA: skipped when not built, a failure under CI=true."""
+    require_tools("opa")
+    binary = find_tool("opa")
+    assert binary is not None
     return binary
 
 
@@ -239,7 +218,7 @@ def opa_server(opa: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     tls = _write_tls_files(workdir)
     gate_config = workdir / "gate.json"
     gate_config.write_text(json.dumps(GATE_CONFIG))
-    port, diag_port = _free_port(), _free_port()
+    port, diag_port = free_port(), free_port()
     log = workdir / "opa.log"
 
     with log.open("wb") as log_file:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.integration.conftest import require_tools
+from tools.harness import find_tool
 
 REPO = Path(__file__).resolve().parent.parent
 POLICIES = REPO / "policies"
@@ -19,28 +20,12 @@ SUMMARY_PASS = re.compile(r"^PASS: (?P<passed>\d+)/(?P<total>\d+)$", re.MULTILIN
 PACKAGE_LINE = re.compile(r"^package\s+(?P<name>\S+)", re.MULTILINE)
 
 
-def find_opa() -> Path | None:
-    """GPU_CLUSTER_TOOLS_BIN/opa, else <repo>/.tools/bin/opa, else `opa` on PATH."""
-    candidates: list[Path] = []
-    tools_bin = os.environ.get("GPU_CLUSTER_TOOLS_BIN")
-    if tools_bin:
-        candidates.append(Path(tools_bin) / "opa")
-    candidates.append(REPO / ".tools" / "bin" / "opa")
-    for candidate in candidates:
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    on_path = shutil.which("opa")
-    return Path(on_path) if on_path else None
-
-
 @pytest.fixture(scope="module")
 def opa() -> Path:
-    binary = find_opa()
-    if binary is None:
-        message = "opa not built: run make tools"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{message} (a missing tool under CI is a failure)")
-        pytest.skip(message)
+    """The harness's OPA: skipped when not built, a failure under CI=true."""
+    require_tools("opa")
+    binary = find_tool("opa")
+    assert binary is not None
     return binary
 
 
