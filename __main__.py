@@ -3,11 +3,11 @@
 Layers, in the order they are built:
   1. ExtendedResourceNode  - advertise extended resources in node status (JSON patch).
   2. TaintedGpuPool        - taint and label the GPU nodes, keeping Kubernetes' own taints.
-  3. ControlPlaneFeatures  - admission plugins and feature gates over SSH (not built yet).
-  4. GpuOperator           - NVIDIA GPU Operator Helm release (not built yet).
+  3. ControlPlaneFeatures  - admission plugins and feature gates over SSH, one host at a time.
+  4. GpuOperator           - NVIDIA GPU Operator Helm release, tolerating the pool's taint.
   5. BinpackScheduler      - second kube-scheduler that packs GPU pods onto the fewest nodes.
   6. OpaGate               - admission that keeps GPU pods on that scheduler.
-  7. MonitoringStack       - Prometheus, DCGM metrics, dashboard and alerts (not built yet).
+  7. MonitoringStack       - Prometheus, DCGM metrics, dashboard and alerts.
 
 This file only wires: read the validated config, build each layer, export outputs.
 """
@@ -18,8 +18,14 @@ from components import (
     BinpackScheduler,
     BinpackSchedulerArgs,
     ClusterAccess,
+    ControlPlaneFeatures,
+    ControlPlaneFeaturesArgs,
     ExtendedResourceNode,
     ExtendedResourceNodeArgs,
+    GpuOperator,
+    GpuOperatorArgs,
+    MonitoringStack,
+    MonitoringStackArgs,
     OpaGate,
     OpaGateArgs,
     TaintedGpuPool,
@@ -41,6 +47,26 @@ extended_nodes = {
     for node, resources in config.extended_resources.items()
 }
 
+# Before the taint: ExtendedResourceToleration gives pods that request a tainted node's GPU or
+# extended resource the matching toleration at admission, so it must be on before the nodes are
+# tainted (a NoExecute taint would otherwise evict pods admitted without it).
+control_plane = None
+if config.control_plane.enabled:
+    cp = config.control_plane
+    control_plane = ControlPlaneFeatures(
+        "control-plane",
+        ControlPlaneFeaturesArgs(
+            ssh=cp.ssh,
+            control_plane_hosts=cp.hosts,
+            kubelet_hosts=cp.kubelet_hosts,
+            kubernetes_version=config.kubernetes_version,
+            admission_plugins=cp.admission_plugins,
+            feature_gates=cp.feature_gates,
+            ready_timeout_seconds=cp.ready_timeout_seconds,
+            persist_kubeadm_config=cp.persist_kubeadm_config,
+        ),
+    )
+
 gpu_pool = TaintedGpuPool(
     "gpu-pool",
     TaintedGpuPoolArgs(
@@ -49,7 +75,33 @@ gpu_pool = TaintedGpuPool(
         taint=config.gpu_pool.taint,
         labels=config.gpu_pool.labels,
     ),
+    pulumi.ResourceOptions(depends_on=[control_plane] if control_plane else []),
 )
+
+# After the pool: its operands tolerate the pool's taint, taken from the pool's output.
+gpu_operator = None
+if config.gpu_operator.enabled:
+    op = config.gpu_operator
+    gpu_operator = GpuOperator(
+        "gpu-operator",
+        GpuOperatorArgs(
+            access=access,
+            taint=gpu_pool.taint,
+            namespace=op.namespace,
+            repository=op.repository,
+            version=op.version,
+            driver_enabled=op.driver_enabled,
+            toolkit_enabled=op.toolkit_enabled,
+            toolkit_env=op.toolkit_env,
+            time_slicing=op.time_slicing,
+            mig_strategy=op.mig_strategy,
+            mig_manager_enabled=op.mig_manager_enabled,
+            dcgm_exporter_enabled=op.dcgm_exporter_enabled,
+            nfd_enabled=op.nfd_enabled,
+            upgrade_crd=op.upgrade_crd,
+            values=op.values,
+        ),
+    )
 
 scheduler = BinpackScheduler(
     "binpack-scheduler",
@@ -78,6 +130,24 @@ gate = OpaGate(
     ),
 )
 
+monitoring = None
+if config.monitoring.enabled:
+    mon = config.monitoring
+    monitoring = MonitoringStack(
+        "monitoring",
+        MonitoringStackArgs(
+            access=access,
+            grafana_admin_password=mon.grafana_admin_password,
+            grafana_admin_secret=mon.grafana_admin_secret,
+            dcgm=gpu_operator.dcgm_target if gpu_operator is not None else None,
+            namespace=mon.namespace,
+            repository=mon.repository,
+            version=mon.version,
+            dcgm_scrape_interval=mon.dcgm_scrape_interval,
+            values=mon.values,
+        ),
+    )
+
 pulumi.export("gpuNodes", gpu_pool.nodes)
 pulumi.export("gpuTaint", gpu_pool.taint)
 pulumi.export("gpuNodeLabels", gpu_pool.labels)
@@ -86,3 +156,19 @@ pulumi.export("schedulerConfig", scheduler.config_yaml)
 pulumi.export("admissionEngine", gate.engine)
 pulumi.export("admissionPolicy", gate.policy_name)
 pulumi.export("advertisedResources", {node: n.resources for node, n in extended_nodes.items()})
+if control_plane is not None:
+    pulumi.export("controlPlaneHosts", control_plane.hosts)
+    pulumi.export("admissionPlugins", control_plane.admission_plugins)
+    pulumi.export("featureGates", control_plane.feature_gates)
+    pulumi.export("skippedFeatureGates", control_plane.skipped_gates)
+if gpu_operator is not None:
+    pulumi.export("gpuOperatorNamespace", gpu_operator.namespace)
+    pulumi.export("gpuOperatorRelease", gpu_operator.release_status)
+    pulumi.export("gpuOperatorChart", gpu_operator.chart_version)
+if monitoring is not None:
+    pulumi.export("monitoringRelease", monitoring.release_status)
+    pulumi.export("grafanaService", monitoring.grafana_service)
+    pulumi.export("gpuDashboard", monitoring.dashboard_name)
+    pulumi.export("gpuDashboardUid", monitoring.dashboard_uid)
+    pulumi.export("gpuAlertRule", monitoring.rule_name)
+    pulumi.export("dcgmServiceMonitor", monitoring.dcgm_service_monitor)

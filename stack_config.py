@@ -29,6 +29,12 @@ from components.binpack_scheduler import (
     SchedulerProfile,
     ShapePoint,
 )
+from components.control_plane_features import ADMISSION_PLUGINS, RemoteHost, SshAccess
+from components.gpu_operator import DEFAULT_REPOSITORY as GPU_OPERATOR_REPOSITORY
+from components.gpu_operator import DEFAULT_VERSION as GPU_OPERATOR_VERSION
+from components.gpu_operator import MIG_STRATEGIES, MigStrategy, TimeSlicing
+from components.monitoring_stack import DEFAULT_REPOSITORY as MONITORING_REPOSITORY
+from components.monitoring_stack import DEFAULT_VERSION as MONITORING_VERSION
 from components.opa_gate import (
     ADMISSION_ENGINES,
     FAILURE_POLICIES,
@@ -50,6 +56,12 @@ _DNS1123_SUBDOMAIN = re.compile(
 _QUALIFIED_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _VERSION = re.compile(r"^v(?P<major>\d+)\.(?P<minor>\d+)\.(?P<patch>\d+)$")
+_CHART_VERSION = re.compile(r"^v?\d+\.\d+\.\d+([-+][0-9A-Za-z.+-]+)?$")
+_HELM_REPOSITORY = re.compile(r"^(https?|oci)://[^\s]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PROMETHEUS_DURATION = re.compile(r"^([0-9]+(ms|s|m|h))+$")
+_CAMEL_CASE = re.compile(r"^[A-Z][A-Za-z0-9]*$")
+_SSH_USER = re.compile(r"^[a-z_][a-z0-9_.-]*$")
 
 T = TypeVar("T")
 
@@ -121,6 +133,84 @@ class AdmissionConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ControlPlaneConfig:
+    """Admission plugins and feature gates edited on the hosts over SSH."""
+
+    enabled: bool = False
+    """Build the ControlPlaneFeatures layer."""
+    ssh: SshAccess = field(default_factory=lambda: SshAccess(user=""))
+    """SSH user, port and private key (a pulumi.Output secret, or None for the SSH agent)."""
+    hosts: tuple[RemoteHost, ...] = ()
+    """Control-plane hosts, edited one at a time in this order."""
+    kubelet_hosts: tuple[RemoteHost, ...] = ()
+    """Hosts whose kubelet gets the feature gates, after the control plane."""
+    admission_plugins: tuple[str, ...] = ()
+    """Admission plugins to enable."""
+    feature_gates: Mapping[str, bool] = field(default_factory=dict)
+    """Feature gates to set (before filtering for the Kubernetes version)."""
+    ready_timeout_seconds: int = 300
+    """How long a restarted component may take to be healthy before the edit is rolled back."""
+    persist_kubeadm_config: bool = True
+    """Also edit the kubeadm-config and kubelet-config ConfigMaps (survives kubeadm upgrade)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuOperatorConfig:
+    """The NVIDIA GPU Operator Helm release (components/gpu_operator.py)."""
+
+    enabled: bool = False
+    """Build the GpuOperator layer (needs a reachable chart repository)."""
+    namespace: str = "gpu-operator"
+    """The operator's namespace."""
+    repository: str = GPU_OPERATOR_REPOSITORY
+    """Helm repository URL."""
+    version: str = GPU_OPERATOR_VERSION
+    """Chart version (pinned)."""
+    driver_enabled: bool = True
+    """driver.enabled: false where the NVIDIA driver is preinstalled on the hosts."""
+    toolkit_enabled: bool = True
+    """toolkit.enabled: false where the container toolkit is preinstalled."""
+    toolkit_env: Mapping[str, str] = field(default_factory=dict)
+    """toolkit.env as {NAME: value}; values are strings."""
+    time_slicing: TimeSlicing | None = None
+    """devicePlugin time-slicing; None: whole GPUs only."""
+    mig_strategy: MigStrategy = "single"
+    """mig.strategy: none, single or mixed."""
+    mig_manager_enabled: bool = True
+    """migManager.enabled."""
+    dcgm_exporter_enabled: bool = True
+    """dcgmExporter.enabled."""
+    nfd_enabled: bool = True
+    """nfd.enabled: false where Node Feature Discovery already runs."""
+    upgrade_crd: bool = True
+    """operator.upgradeCRD."""
+    values: Mapping[str, Any] = field(default_factory=dict)
+    """Free-form chart values, deep-merged last."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MonitoringConfig:
+    """kube-prometheus-stack, DCGM scraping, the GPU dashboard and alerts."""
+
+    enabled: bool = False
+    """Build the MonitoringStack layer (needs a reachable chart repository)."""
+    namespace: str = "monitoring"
+    """The stack's namespace."""
+    repository: str = MONITORING_REPOSITORY
+    """Helm repository URL."""
+    version: str = MONITORING_VERSION
+    """Chart version (pinned)."""
+    grafana_admin_password: pulumi.Output[str] | None = field(default=None, repr=False)
+    """Grafana admin password from gpu-cluster:grafanaAdminPassword, as a Pulumi secret."""
+    grafana_admin_secret: str | None = None
+    """Or the name of an existing Secret (keys admin-user, admin-password) in `namespace`."""
+    dcgm_scrape_interval: str = "15s"
+    """Scrape interval of the dcgm-exporter ServiceMonitor."""
+    values: Mapping[str, Any] = field(default_factory=dict)
+    """Free-form chart values, deep-merged last."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class StackConfig:
     """The whole validated stack configuration."""
 
@@ -132,6 +222,9 @@ class StackConfig:
     """{node name: {extended resource name: count}}."""
     scheduler: SchedulerConfig
     admission: AdmissionConfig
+    gpu_operator: GpuOperatorConfig = field(default_factory=GpuOperatorConfig)
+    monitoring: MonitoringConfig = field(default_factory=MonitoringConfig)
+    control_plane: ControlPlaneConfig = field(default_factory=ControlPlaneConfig)
     warnings: tuple[str, ...] = ()
     """Non-fatal findings (e.g. an untested Kubernetes version) for the caller to log."""
 
@@ -515,6 +608,370 @@ def _admission(r: _Reader, raw: Any) -> AdmissionConfig:
     )
 
 
+_CONTROL_PLANE_FIELDS = (
+    "enabled",
+    "user",
+    "port",
+    "sshAgent",
+    "hosts",
+    "kubeletHosts",
+    "admissionPlugins",
+    "featureGates",
+    "readyTimeoutSeconds",
+    "persistKubeadmConfig",
+)
+
+
+def _bool(r: _Reader, key: str, value: Any, default: bool) -> bool:
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        r.problem(key, value, "expected true or false")
+        return default
+    return value
+
+
+def _remote_hosts(
+    r: _Reader, key: str, raw: Any, addresses: Mapping[str, str]
+) -> tuple[RemoteHost, ...]:
+    names = _node_refs(r, key, r.string_list(key, raw), set(addresses))
+    hosts: list[RemoteHost] = []
+    for i, name in enumerate(names):
+        if name in addresses and not addresses[name]:
+            r.problem(
+                f"{key}[{i}]", name, "node has no address in gpu-cluster:nodes; SSH needs one"
+            )
+        elif name in addresses and all(h.name != name for h in hosts):
+            hosts.append(RemoteHost(name=name, address=addresses[name]))
+    return tuple(hosts)
+
+
+def _admission_plugins(r: _Reader, raw: Any) -> tuple[str, ...]:
+    key = "controlPlane.admissionPlugins"
+    plugins: list[str] = []
+    for i, name in enumerate(r.string_list(key, raw)):
+        if not _CAMEL_CASE.match(name):
+            r.problem(f"{key}[{i}]", name, "expected a plugin name (letters and digits, CamelCase)")
+        elif name not in ADMISSION_PLUGINS:
+            r.problem(
+                f"{key}[{i}]",
+                name,
+                f"unknown admission plugin; allowed: {', '.join(ADMISSION_PLUGINS)}",
+            )
+        elif name in plugins:
+            r.problem(f"{key}[{i}]", name, "each plugin may be listed once; it is listed twice")
+        else:
+            plugins.append(name)
+    return tuple(plugins)
+
+
+def _feature_gates(r: _Reader, raw: Any) -> dict[str, bool]:
+    key = "controlPlane.featureGates"
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        r.problem(key, raw, "expected {GateName: true | false}")
+        return {}
+    gates: dict[str, bool] = {}
+    for name, value in raw.items():
+        if not _CAMEL_CASE.match(str(name)):
+            r.problem(
+                f"{key}.{name}",
+                name,
+                "expected a feature gate name in CamelCase, e.g. InPlacePodVerticalScaling",
+            )
+        elif not isinstance(value, bool):
+            r.problem(f"{key}.{name}", value, "expected true or false")
+        else:
+            gates[str(name)] = value
+    return gates
+
+
+def _control_plane(
+    r: _Reader, raw: Any, ssh_private_key: Any, nodes: Sequence[NodeConfig]
+) -> ControlPlaneConfig:
+    entry = r.obj("controlPlane", raw, _CONTROL_PLANE_FIELDS)
+    default = ControlPlaneConfig()
+    addresses = {n.name: n.address for n in nodes}
+    enabled = _bool(r, "controlPlane.enabled", entry.get("enabled"), default.enabled)
+    user = r.string("controlPlane.user", entry.get("user"), "")
+    if user and not _SSH_USER.match(user):
+        r.problem(
+            "controlPlane.user", user, "expected a user name (lowercase, digits, '_', '-', '.')"
+        )
+    port = 22
+    if "port" in entry:
+        port = _int_in(r, "controlPlane.port", entry["port"], 1, 65535) or port
+    agent = _bool(r, "controlPlane.sshAgent", entry.get("sshAgent"), False)
+    hosts = _remote_hosts(r, "controlPlane.hosts", entry.get("hosts"), addresses)
+    kubelet_hosts = _remote_hosts(
+        r, "controlPlane.kubeletHosts", entry.get("kubeletHosts"), addresses
+    )
+    timeout = default.ready_timeout_seconds
+    if "readyTimeoutSeconds" in entry:
+        timeout = (
+            _int_in(r, "controlPlane.readyTimeoutSeconds", entry["readyTimeoutSeconds"], 30, 1800)
+            or timeout
+        )
+    key_text = r.string("sshPrivateKey", ssh_private_key, "")
+    if key_text and "PRIVATE KEY-----" not in key_text:
+        # The value is a secret: never echo it into an error message.
+        r.problem(
+            "sshPrivateKey",
+            "[secret, not shown]",
+            "expected a private key (-----BEGIN ... PRIVATE KEY-----)",
+        )
+    if enabled:
+        if not user:
+            r.problem("controlPlane.user", user, "required when controlPlane.enabled is true")
+        if not entry.get("hosts"):
+            r.problem("controlPlane.hosts", [], "required when controlPlane.enabled is true")
+        if not key_text and not agent:
+            r.problem(
+                "sshPrivateKey",
+                "",
+                "required when controlPlane.enabled is true (pulumi config set --secret "
+                "gpu-cluster:sshPrivateKey < key), unless controlPlane.sshAgent is true",
+            )
+    # Wrapped at once, so the key only ever exists here as a Pulumi secret.
+    private_key = pulumi.Output.secret(key_text) if key_text else None
+    return ControlPlaneConfig(
+        enabled=enabled,
+        ssh=SshAccess(user=user, port=port, private_key=private_key),
+        hosts=hosts,
+        kubelet_hosts=kubelet_hosts,
+        admission_plugins=_admission_plugins(r, entry.get("admissionPlugins")),
+        feature_gates=_feature_gates(r, entry.get("featureGates")),
+        ready_timeout_seconds=timeout,
+        persist_kubeadm_config=_bool(
+            r,
+            "controlPlane.persistKubeadmConfig",
+            entry.get("persistKubeadmConfig"),
+            default.persist_kubeadm_config,
+        ),
+    )
+
+
+_GPU_OPERATOR_FIELDS = (
+    "enabled",
+    "namespace",
+    "repository",
+    "version",
+    "driver",
+    "toolkit",
+    "devicePlugin",
+    "mig",
+    "migManager",
+    "dcgmExporter",
+    "nfd",
+    "operator",
+    "values",
+)
+_MONITORING_FIELDS = (
+    "enabled",
+    "namespace",
+    "repository",
+    "version",
+    "grafanaAdminSecret",
+    "dcgmScrapeInterval",
+    "values",
+)
+
+
+def _boolean(r: _Reader, key: str, value: Any, default: bool) -> bool:
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        r.problem(key, value, "expected true or false")
+        return default
+    return value
+
+
+def _switch(r: _Reader, key: str, raw: Any, field_name: str, default: bool) -> bool:
+    """`{<field_name>: bool}` objects such as gpuOperator.driver: {enabled: false}."""
+    entry = r.obj(key, raw, (field_name,))
+    return _boolean(r, f"{key}.{field_name}", entry.get(field_name), default)
+
+
+def _chart_source(r: _Reader, key: str, entry: Mapping[str, Any], defaults: Any) -> tuple[str, str]:
+    repository = r.string(f"{key}.repository", entry.get("repository"), defaults.repository)
+    r.checked(
+        f"{key}.repository",
+        repository,
+        lambda v: bool(_HELM_REPOSITORY.match(v)),
+        "expected a Helm repository URL (https://..., http://... or oci://...)",
+    )
+    version = r.string(f"{key}.version", entry.get("version"), defaults.version)
+    r.checked(
+        f"{key}.version",
+        version,
+        lambda v: bool(_CHART_VERSION.match(v)),
+        f"expected a pinned chart version, e.g. {defaults.version}",
+    )
+    return repository, version
+
+
+def _namespace(r: _Reader, key: str, raw: Any, default: str) -> str:
+    name = r.string(key, raw, default)
+    r.checked(key, name, is_dns1123_label, "expected a namespace name (DNS-1123 label)")
+    return name
+
+
+def _free_values(r: _Reader, key: str, raw: Any) -> Mapping[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        r.problem(key, raw, "expected an object of chart values")
+        return {}
+    return raw
+
+
+def _toolkit_env(r: _Reader, raw: Any) -> dict[str, str]:
+    key = "gpuOperator.toolkit.env"
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        r.problem(key, raw, "expected {NAME: value}")
+        return {}
+    env: dict[str, str] = {}
+    for name, value in raw.items():
+        if not _ENV_NAME.match(str(name)):
+            r.problem(
+                f"{key}.{name}",
+                name,
+                "expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
+            )
+        elif isinstance(value, bool):
+            env[str(name)] = "true" if value else "false"
+        elif isinstance(value, str | int | float):
+            env[str(name)] = str(value)
+        else:
+            r.problem(
+                f"{key}.{name}", value, "expected a string (numbers and booleans become strings)"
+            )
+    return env
+
+
+def _time_slicing(r: _Reader, raw: Any) -> TimeSlicing | None:
+    key = "gpuOperator.devicePlugin"
+    entry = r.obj(key, raw, ("timeSlicing",))
+    if entry.get("timeSlicing") is None:
+        return None
+    key = f"{key}.timeSlicing"
+    sharing = r.obj(key, entry["timeSlicing"], ("replicas", "renameByDefault"))
+    replicas = _int_in(r, f"{key}.replicas", sharing.get("replicas"), 2, 64)
+    rename = _boolean(r, f"{key}.renameByDefault", sharing.get("renameByDefault"), False)
+    return TimeSlicing(replicas=replicas, rename_by_default=rename) if replicas else None
+
+
+def _gpu_operator(r: _Reader, raw: Any) -> GpuOperatorConfig:
+    entry = r.obj("gpuOperator", raw, _GPU_OPERATOR_FIELDS)
+    default = GpuOperatorConfig()
+    repository, version = _chart_source(r, "gpuOperator", entry, default)
+    toolkit = r.obj("gpuOperator.toolkit", entry.get("toolkit"), ("enabled", "env"))
+    mig = r.obj("gpuOperator.mig", entry.get("mig"), ("strategy",))
+    strategy: MigStrategy = r.choice(
+        "gpuOperator.mig.strategy", mig.get("strategy"), MIG_STRATEGIES, default.mig_strategy
+    )
+    time_slicing = _time_slicing(r, entry.get("devicePlugin"))
+    if time_slicing is not None and strategy == "mixed":
+        r.problem(
+            "gpuOperator.mig.strategy",
+            strategy,
+            "time-slicing shares nvidia.com/gpu, which needs mig.strategy none or single",
+        )
+    return GpuOperatorConfig(
+        enabled=_boolean(r, "gpuOperator.enabled", entry.get("enabled"), default.enabled),
+        namespace=_namespace(r, "gpuOperator.namespace", entry.get("namespace"), default.namespace),
+        repository=repository,
+        version=version,
+        driver_enabled=_switch(r, "gpuOperator.driver", entry.get("driver"), "enabled", True),
+        toolkit_enabled=_boolean(r, "gpuOperator.toolkit.enabled", toolkit.get("enabled"), True),
+        toolkit_env=_toolkit_env(r, toolkit.get("env")),
+        time_slicing=time_slicing,
+        mig_strategy=strategy,
+        mig_manager_enabled=_switch(
+            r, "gpuOperator.migManager", entry.get("migManager"), "enabled", True
+        ),
+        dcgm_exporter_enabled=_switch(
+            r, "gpuOperator.dcgmExporter", entry.get("dcgmExporter"), "enabled", True
+        ),
+        nfd_enabled=_switch(r, "gpuOperator.nfd", entry.get("nfd"), "enabled", True),
+        upgrade_crd=_switch(r, "gpuOperator.operator", entry.get("operator"), "upgradeCRD", True),
+        values=_free_values(r, "gpuOperator.values", entry.get("values")),
+    )
+
+
+def _monitoring(r: _Reader, raw: Any, password: Any) -> MonitoringConfig:
+    entry = r.obj("monitoring", raw, _MONITORING_FIELDS)
+    default = MonitoringConfig()
+    enabled = _boolean(r, "monitoring.enabled", entry.get("enabled"), default.enabled)
+    repository, version = _chart_source(r, "monitoring", entry, default)
+    existing = r.string("monitoring.grafanaAdminSecret", entry.get("grafanaAdminSecret"), "")
+    if existing and not is_dns1123_subdomain(existing):
+        r.problem(
+            "monitoring.grafanaAdminSecret", existing, "expected a Secret name (DNS-1123 subdomain)"
+        )
+    interval = r.string(
+        "monitoring.dcgmScrapeInterval",
+        entry.get("dcgmScrapeInterval"),
+        default.dcgm_scrape_interval,
+    )
+    r.checked(
+        "monitoring.dcgmScrapeInterval",
+        interval,
+        lambda v: bool(_PROMETHEUS_DURATION.match(v)),
+        "expected a Prometheus duration, e.g. 15s or 1m",
+    )
+    if password is not None and not isinstance(password, str):
+        r.problem("grafanaAdminPassword", "[secret, not shown]", "expected a string")
+        password = ""
+    password = password or ""
+    if enabled and not password and not existing:
+        r.problem(
+            "grafanaAdminPassword",
+            "",
+            "required when monitoring.enabled is true (pulumi config set --secret "
+            "gpu-cluster:grafanaAdminPassword), unless monitoring.grafanaAdminSecret names an "
+            "existing Secret",
+        )
+    if password and existing:
+        r.problem(
+            "monitoring.grafanaAdminSecret",
+            existing,
+            "set either grafanaAdminPassword or monitoring.grafanaAdminSecret, not both",
+        )
+    return MonitoringConfig(
+        enabled=enabled,
+        namespace=_namespace(r, "monitoring.namespace", entry.get("namespace"), default.namespace),
+        repository=repository,
+        version=version,
+        # Wrapped at once, so the password only ever exists here as a Pulumi secret.
+        grafana_admin_password=pulumi.Output.secret(password) if password else None,
+        grafana_admin_secret=existing or None,
+        dcgm_scrape_interval=interval,
+        values=_free_values(r, "monitoring.values", entry.get("values")),
+    )
+
+
+def _one_dcgm_service_monitor(
+    r: _Reader, gpu: GpuOperatorConfig, monitoring: MonitoringConfig
+) -> None:
+    """MonitoringStack owns the only dcgm-exporter ServiceMonitor; the chart's must stay off."""
+    chart_monitor = gpu.values.get("dcgmExporter", {})
+    chart_monitor = (
+        chart_monitor.get("serviceMonitor", {}) if isinstance(chart_monitor, Mapping) else {}
+    )
+    enabled = chart_monitor.get("enabled") if isinstance(chart_monitor, Mapping) else None
+    if enabled is True and monitoring.enabled:
+        r.problem(
+            "gpuOperator.values.dcgmExporter.serviceMonitor.enabled",
+            enabled,
+            "MonitoringStack already creates the one ServiceMonitor for dcgm-exporter; "
+            "leave this unset",
+        )
+
+
 # --------------------------------------------------------------------------- entry points
 
 
@@ -548,6 +1005,10 @@ def parse_stack_config(values: Mapping[str, Any], project_file: Path = PROJECT_F
     extended = _extended_resources(r, merged["extendedResources"], inventory)
     scheduler = _scheduler(r, merged["scheduler"])
     admission = _admission(r, merged["admission"])
+    gpu_operator = _gpu_operator(r, merged["gpuOperator"])
+    monitoring = _monitoring(r, merged["monitoring"], merged["grafanaAdminPassword"])
+    _one_dcgm_service_monitor(r, gpu_operator, monitoring)
+    control_plane = _control_plane(r, merged["controlPlane"], merged["sshPrivateKey"], nodes)
     if r.problems:
         raise ConfigError(r.problems)
     return StackConfig(
@@ -558,6 +1019,9 @@ def parse_stack_config(values: Mapping[str, Any], project_file: Path = PROJECT_F
         extended_resources=extended,
         scheduler=scheduler,
         admission=admission,
+        gpu_operator=gpu_operator,
+        monitoring=monitoring,
+        control_plane=control_plane,
         warnings=tuple(warnings),
     )
 

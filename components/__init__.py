@@ -8,7 +8,15 @@ from components.binpack_scheduler import (
     ShapePoint,
 )
 from components.cluster_access import ClusterAccess
+from components.control_plane_features import (
+    ControlPlaneFeatures,
+    ControlPlaneFeaturesArgs,
+    RemoteHost,
+    SshAccess,
+)
 from components.extended_resource_node import ExtendedResourceNode, ExtendedResourceNodeArgs
+from components.gpu_operator import DcgmTarget, GpuOperator, GpuOperatorArgs, TimeSlicing
+from components.monitoring_stack import MonitoringStack, MonitoringStackArgs
 from components.opa_gate import OpaGate, OpaGateArgs
 from components.tainted_gpu_pool import Taint, TaintedGpuPool, TaintedGpuPoolArgs
 
@@ -27,3 +35,6 @@ __all__ = [
     "TaintedGpuPool",
     "TaintedGpuPoolArgs",
 ]
+__all__ += ["ControlPlaneFeatures", "ControlPlaneFeaturesArgs", "RemoteHost", "SshAccess"]
+__all__ += ["DcgmTarget", "GpuOperator", "GpuOperatorArgs", "TimeSlicing"]
+__all__ += ["MonitoringStack", "MonitoringStackArgs"]

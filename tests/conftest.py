@@ -84,6 +84,18 @@ class Mocks(pulumi.runtime.Mocks):
             outputs["cert_pem"] = f"-----BEGIN CERTIFICATE-----\n{args.name}\n"
         if args.typ == "tls:index/certRequest:CertRequest":
             outputs["cert_request_pem"] = f"-----BEGIN CERTIFICATE REQUEST-----\n{args.name}\n"
+        if args.typ == "command:remote:Command":
+            outputs.update(stdout="", stderr="")
+        if args.typ == "kubernetes:helm.sh/v3:Release":
+            inputs = args.inputs
+            outputs["status"] = {
+                "name": inputs.get("name") or args.name,
+                "namespace": inputs.get("namespace") or "default",
+                "chart": inputs.get("chart"),
+                "version": inputs.get("version"),
+                "status": "deployed",
+                "revision": 1,
+            }
         if args.typ.startswith("kubernetes:") and args.typ != "pulumi:providers:kubernetes":
             metadata = dict(outputs.get("metadata") or {})
             metadata.setdefault("name", args.name)

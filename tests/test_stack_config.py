@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import pulumi
 import pytest
 
 from stack_config import ConfigError, StackConfig, decode_raw_config, parse_stack_config
@@ -278,4 +280,147 @@ def test_config_rejects_webhook_timeout_above_30() -> None:
     problems = _problems(admission={"timeoutSeconds": 45})
     assert problems == [
         "gpu-cluster:admission.timeoutSeconds: got 45; expected an integer from 1 to 30"
+    ]
+
+
+# --------------------------------------------------------------------------- controlPlane
+
+_CP_NODES = [
+    {"name": "cp-1", "address": "10.0.0.11"},
+    {"name": "gpu-1", "address": "10.0.0.21"},
+    {"name": "cpu-1"},
+]
+_CP_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA-test-only\n-----END OPENSSH PRIVATE KEY-----\n"
+
+
+def _control_plane_problems(sshPrivateKey: str = _CP_KEY, **fields: Any) -> list[str]:
+    section = {"enabled": True, "user": "ops", "hosts": ["cp-1"], **fields}
+    with pytest.raises(ConfigError) as excinfo:
+        parse_stack_config(
+            {"nodes": _CP_NODES, "controlPlane": section, "sshPrivateKey": sshPrivateKey}
+        )
+    return [str(p) for p in excinfo.value.problems]
+
+
+def test_config_control_plane_key_is_a_pulumi_secret_output() -> None:
+    config = parse_stack_config(
+        {
+            "nodes": _CP_NODES,
+            "sshPrivateKey": _CP_KEY,
+            "controlPlane": {
+                "enabled": True,
+                "user": "ops",
+                "hosts": ["cp-1"],
+                "kubeletHosts": ["gpu-1"],
+                "featureGates": {"InPlacePodVerticalScaling": True},
+            },
+        }
+    )
+    cp = config.control_plane
+    assert [(h.name, h.address) for h in cp.hosts] == [("cp-1", "10.0.0.11")]
+    assert isinstance(cp.ssh.private_key, pulumi.Output)
+    assert _CP_KEY not in repr(config)
+    loop = asyncio.get_event_loop()  # the loop the Output was created on
+    assert loop.run_until_complete(cp.ssh.private_key.is_secret())
+
+
+def test_config_control_plane_is_off_by_default() -> None:
+    assert parse_stack_config({}).control_plane.enabled is False
+
+
+def test_config_rejects_admission_plugin_that_is_not_an_identifier() -> None:
+    problems = _control_plane_problems(admissionPlugins=["Extended-Resource-Toleration"])
+    assert problems == [
+        "gpu-cluster:controlPlane.admissionPlugins[0]: got 'Extended-Resource-Toleration'; "
+        "expected a plugin name (letters and digits, CamelCase)"
+    ]
+
+
+def test_config_rejects_unknown_admission_plugin() -> None:
+    (problem,) = _control_plane_problems(admissionPlugins=["ExtendedResourceTolerations"])
+    assert problem.startswith(
+        "gpu-cluster:controlPlane.admissionPlugins[0]: got 'ExtendedResourceTolerations'; "
+        "unknown admission plugin; allowed: AlwaysAdmit, "
+    )
+    assert "ExtendedResourceToleration, " in problem
+
+
+def test_config_rejects_admission_plugin_listed_twice() -> None:
+    problems = _control_plane_problems(admissionPlugins=["NodeRestriction", "NodeRestriction"])
+    assert problems == [
+        "gpu-cluster:controlPlane.admissionPlugins[1]: got 'NodeRestriction'; "
+        "each plugin may be listed once; it is listed twice"
+    ]
+
+
+def test_config_rejects_feature_gate_not_in_camel_case() -> None:
+    problems = _control_plane_problems(featureGates={"in-place-pod-vertical-scaling": True})
+    assert problems == [
+        "gpu-cluster:controlPlane.featureGates.in-place-pod-vertical-scaling: got "
+        "'in-place-pod-vertical-scaling'; expected a feature gate name in CamelCase, "
+        "e.g. InPlacePodVerticalScaling"
+    ]
+
+
+def test_config_rejects_feature_gate_value_that_is_not_a_boolean() -> None:
+    problems = _control_plane_problems(featureGates={"InPlacePodVerticalScaling": "yes"})
+    assert problems == [
+        "gpu-cluster:controlPlane.featureGates.InPlacePodVerticalScaling: got 'yes'; "
+        "expected true or false"
+    ]
+
+
+def test_config_rejects_control_plane_host_outside_inventory() -> None:
+    problems = _control_plane_problems(hosts=["cp-9"])
+    assert problems == [
+        "gpu-cluster:controlPlane.hosts[0]: got 'cp-9'; node is not in gpu-cluster:nodes"
+    ]
+
+
+def test_config_rejects_kubelet_host_listed_twice() -> None:
+    problems = _control_plane_problems(kubeletHosts=["gpu-1", "gpu-1"])
+    assert problems == [
+        "gpu-cluster:controlPlane.kubeletHosts[1]: got 'gpu-1'; "
+        "each node may be listed once; it is listed twice"
+    ]
+
+
+def test_config_rejects_control_plane_host_without_address() -> None:
+    problems = _control_plane_problems(hosts=["cpu-1"])
+    assert problems == [
+        "gpu-cluster:controlPlane.hosts[0]: got 'cpu-1'; "
+        "node has no address in gpu-cluster:nodes; SSH needs one"
+    ]
+
+
+def test_config_rejects_enabled_control_plane_without_ssh_key() -> None:
+    problems = _control_plane_problems(sshPrivateKey="")
+    assert problems == [
+        "gpu-cluster:sshPrivateKey: got ''; required when controlPlane.enabled is true "
+        "(pulumi config set --secret gpu-cluster:sshPrivateKey < key), "
+        "unless controlPlane.sshAgent is true"
+    ]
+
+
+def test_config_rejects_enabled_control_plane_without_user_or_hosts() -> None:
+    problems = _control_plane_problems(user=None, hosts=None)
+    assert problems == [
+        "gpu-cluster:controlPlane.user: got ''; required when controlPlane.enabled is true",
+        "gpu-cluster:controlPlane.hosts: got []; required when controlPlane.enabled is true",
+    ]
+
+
+def test_config_rejects_ssh_key_that_is_not_a_private_key_without_showing_it() -> None:
+    problems = _control_plane_problems(sshPrivateKey="hunter2")
+    assert problems == [
+        "gpu-cluster:sshPrivateKey: got '[secret, not shown]'; "
+        "expected a private key (-----BEGIN ... PRIVATE KEY-----)"
+    ]
+    assert "hunter2" not in " ".join(problems)
+
+
+def test_config_rejects_ready_timeout_below_30_seconds() -> None:
+    problems = _control_plane_problems(readyTimeoutSeconds=5)
+    assert problems == [
+        "gpu-cluster:controlPlane.readyTimeoutSeconds: got 5; expected an integer from 30 to 1800"
     ]
