@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,8 @@ from tools.harness.certs import CertificateAuthority, write_private
 SCHEDULER = "gpu-binpack-scheduler"
 GATE_CONFIG = gate_data(SCHEDULER, ["example.com/dongle"], [])
 LOOPBACK = "127.0.0.1"
+CPU = {"cpu": "1"}
+GPU = {"cpu": "1", "nvidia.com/gpu": "1"}
 # Until OPA answers, a new gate is in force, or a removed one is forgotten.
 TIMEOUT_S = 30.0
 POLL_S = 0.25
@@ -74,6 +76,7 @@ class OpaServer:
     """A running `opa run` with the gate's policies, data and token authorization."""
 
     url: str
+    mgmt_url: str
     ca_pem: bytes
     process: ManagedProcess
 
@@ -141,9 +144,11 @@ def opa_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpaServer]:
     )
     process = ManagedProcess("opa", [str(opa), *argv], root / "opa.log")
     process.start()
-    server = OpaServer(url=f"https://{LOOPBACK}:{port}", ca_pem=ca.cert_pem, process=process)
+    mgmt = f"http://{LOOPBACK}:{mgmt_port}"
+    server = OpaServer(
+        url=f"https://{LOOPBACK}:{port}", mgmt_url=mgmt, ca_pem=ca.cert_pem, process=process
+    )
     try:
-        mgmt = f"http://{LOOPBACK}:{mgmt_port}"
         _wait_for(
             "OPA's management listener",
             lambda: process.running() and _http(urllib.request.Request(f"{mgmt}/health")) == 200,
@@ -172,35 +177,41 @@ def opa_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpaServer]:
         process.stop()
 
 
-def test_opa_gate_live_management_api_refuses_anonymous_policy_upload(
-    opa_server: OpaServer,
-) -> None:
-    # The HTTPS listener is what the Service exposes: anonymous callers get decisions only.
-    upload = urllib.request.Request(
-        f"{opa_server.url}/v1/policies/evil", data=b"package evil", method="PUT"
-    )
-    read = urllib.request.Request(f"{opa_server.url}/v1/data/gpu_cluster/mgmt")
-    assert _http(upload, opa_server.context()) == 401
-    assert _http(read, opa_server.context()) == 401
+def test_opa_gate_live_opa_refuses_anonymous_management(opa_server: OpaServer) -> None:
+    # Anonymous callers (the API server, anyone reaching the Service) get decisions and
+    # /health only, on either listener; kube-mgmt's token was accepted by the fixture.
+    for base, context in ((opa_server.url, opa_server.context()), (opa_server.mgmt_url, None)):
+        upload = urllib.request.Request(
+            f"{base}/v1/policies/evil", data=b"package evil", method="PUT"
+        )
+        read = urllib.request.Request(f"{base}/v1/data/gpu_cluster/mgmt")
+        assert (_http(upload, context), _http(read, context)) == (401, 401), base
 
 
 # ---------------------------------------------------------------- API server
 
 
-def _pod(name: str, *, gpu: bool, scheduler: str | None) -> client.V1Pod:
-    limits = {"cpu": "1", "nvidia.com/gpu": "1"} if gpu else {"cpu": "1"}
+def _pod(
+    name: str,
+    limits: Mapping[str, str],
+    *,
+    scheduler: str | None = None,
+    init_limits: Mapping[str, str] | None = None,
+) -> client.V1Pod:
+    def container(container_name: str, container_limits: Mapping[str, str]) -> client.V1Container:
+        return client.V1Container(
+            name=container_name,
+            image="registry.invalid/train:1",
+            resources=client.V1ResourceRequirements(limits=dict(container_limits)),
+        )
+
     return client.V1Pod(
         metadata=client.V1ObjectMeta(name=name),
         spec=client.V1PodSpec(
             scheduler_name=scheduler,
             automount_service_account_token=False,
-            containers=[
-                client.V1Container(
-                    name="main",
-                    image="registry.invalid/train:1",
-                    resources=client.V1ResourceRequirements(limits=limits),
-                )
-            ],
+            containers=[container("main", limits)],
+            init_containers=[container("warmup", init_limits)] if init_limits else None,
         ),
     )
 
@@ -279,7 +290,7 @@ def _engine_active(
     engine: str, cp: LocalControlPlane, api_client: Any, namespace: str, opa: OpaServer | None
 ) -> Iterator[None]:
     """The engine registered and in force; afterwards removed and no longer enforced."""
-    probe = _pod(f"probe-{uuid.uuid4().hex[:6]}", gpu=True, scheduler=None)
+    probe = _pod(f"probe-{uuid.uuid4().hex[:6]}", GPU)
     last: list[str | None] = [None]
 
     def outcome() -> str | None:
@@ -316,7 +327,7 @@ def engine(
 def test_opa_gate_live_denies_gpu_pod_without_scheduler_name(
     engine: str, api_client: Any, namespaces: Namespaces
 ) -> None:
-    outcome = _create(api_client, namespaces.gated, _pod("train-0", gpu=True, scheduler=None))
+    outcome = _create(api_client, namespaces.gated, _pod("train-0", GPU))
 
     assert outcome is not None, f"{engine} admitted a GPU pod on the default scheduler"
     denial = DENIAL[engine].match(outcome)
@@ -331,38 +342,81 @@ def test_opa_gate_live_denies_gpu_pod_without_scheduler_name(
 def test_opa_gate_live_admits_gpu_pod_on_binpack_scheduler(
     engine: str, api_client: Any, namespaces: Namespaces
 ) -> None:
-    pod = _pod("train-1", gpu=True, scheduler=SCHEDULER)
+    pod = _pod("train-1", GPU, scheduler=SCHEDULER)
     assert _create(api_client, namespaces.gated, pod) is None
 
 
 def test_opa_gate_live_admits_cpu_only_pod(
     engine: str, api_client: Any, namespaces: Namespaces
 ) -> None:
-    pod = _pod("web-0", gpu=False, scheduler=None)
+    pod = _pod("web-0", CPU)
     assert _create(api_client, namespaces.gated, pod) is None
 
 
 def test_opa_gate_live_admits_gpu_pod_in_ignored_namespace(
     engine: str, api_client: Any, namespaces: Namespaces
 ) -> None:
-    pod = _pod("train-2", gpu=True, scheduler=None)
+    pod = _pod("train-2", GPU)
     assert _create(api_client, namespaces.ignored, pod) is None
 
 
-def test_opa_gate_live_engines_deny_with_the_same_message(
+# Pods both engines must judge alike; the Rego policy is the reference.
+AGREEMENT_PODS = {
+    "default-scheduler": _pod("agree-0", GPU, scheduler="default-scheduler"),
+    "mig-profile": _pod("agree-1", {"nvidia.com/mig-1g.5gb": "1"}),
+    "init-container": _pod("agree-2", CPU, init_limits={"nvidia.com/gpu": "2"}),
+    "configured-resource": _pod("agree-3", {"example.com/dongle": "1"}),
+    "zero-gpus": _pod("agree-4", {"nvidia.com/gpu": "0"}),
+    "other-scheduler-cpu": _pod("agree-5", CPU, scheduler="default-scheduler"),
+    "two-gpu-kinds": _pod("agree-6", {"nvidia.com/gpu": "1", "example.com/dongle": "1"}),
+}
+
+
+def _judge_all(
+    engine: str,
+    cp: LocalControlPlane,
+    api_client: Any,
+    namespace: str,
+    opa: OpaServer | None,
+) -> dict[str, str | None]:
+    """{case: policy message, or None when admitted} with `engine` in force."""
+    verdicts: dict[str, str | None] = {}
+    with _engine_active(engine, cp, api_client, namespace, opa):
+        for case, pod in AGREEMENT_PODS.items():
+            outcome = _create(api_client, namespace, pod)
+            denial = DENIAL[engine].match(outcome) if outcome is not None else None
+            assert outcome is None or denial, f"{case}: not a denial by {engine}: {outcome}"
+            verdicts[case] = denial["message"] if denial else None
+    return verdicts
+
+
+def test_opa_gate_live_engines_judge_pods_alike(
     control_plane: LocalControlPlane,
     api_client: Any,
     namespaces: Namespaces,
     opa_server: OpaServer,
 ) -> None:
-    pod = _pod("train-3", gpu=True, scheduler="default-scheduler")
-    messages = {}
-    for name in ADMISSION_ENGINES:
-        opa = opa_server if name == "opa" else None
-        with _engine_active(name, control_plane, api_client, namespaces.gated, opa):
-            outcome = _create(api_client, namespaces.gated, pod) or ""
-        denial = DENIAL[name].match(outcome)
-        assert denial, f"not denied by {name}: {outcome!r}"
-        messages[name] = denial["message"]
+    ns = namespaces.gated
+    rego = _judge_all("opa", control_plane, api_client, ns, opa_server)
+    cel = _judge_all("validating-admission-policy", control_plane, api_client, ns, None)
 
-    assert messages["validating-admission-policy"] == messages["opa"]
+    def message(pod: str, resource: str) -> str:
+        return (
+            f'pod "{ns}/{pod}" requests {resource} but spec.schedulerName is'
+            f' "default-scheduler"; GPU pods must set spec.schedulerName: {SCHEDULER}'
+        )
+
+    assert rego == {
+        "default-scheduler": message("agree-0", "nvidia.com/gpu"),
+        "mig-profile": message("agree-1", "nvidia.com/mig-1g.5gb"),
+        "init-container": message("agree-2", "nvidia.com/gpu"),
+        "configured-resource": message("agree-3", "example.com/dongle"),
+        "zero-gpus": None,
+        "other-scheduler-cpu": None,
+        "two-gpu-kinds": ", ".join(
+            [message("agree-6", "example.com/dongle"), message("agree-6", "nvidia.com/gpu")]
+        ),
+    }
+    # The same verdicts and messages; with two kinds of GPU resource the CEL message is
+    # the first of the Rego policy's.
+    assert cel == {**rego, "two-gpu-kinds": message("agree-6", "example.com/dongle")}
