@@ -231,8 +231,9 @@ def admission_policy_spec(
                 " || (has(object.spec.schedulerName)"
                 " && object.spec.schedulerName == variables.requiredScheduler)",
                 "messageExpression": "'pod \"' + variables.podName + '\" requests '"
-                " + " + _CEL_SMALLEST.format(l="variables.gpuNames") + ""
-                " + ' but spec.schedulerName is ' + variables.schedulerShown"
+                " + "
+                + _CEL_SMALLEST.format(l="variables.gpuNames")
+                + " + ' but spec.schedulerName is ' + variables.schedulerShown"
                 " + '; GPU pods must set spec.schedulerName: ' + variables.requiredScheduler",
                 "reason": "Forbidden",
             }
