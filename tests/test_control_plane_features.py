@@ -309,3 +309,124 @@ def test_control_plane_features_host_refuses_an_editor_with_another_hash(tmp_pat
     assert result.returncode == 1
     assert "is not the editor this stack ships" in result.stderr
     assert Path(env["MANIFEST"]).read_bytes() == original
+
+
+# A stand-in for `kubectl get/patch configmap` (no cluster here): serves one ConfigMap from a JSON
+# file and applies a merge patch only when its resourceVersion matches, like the API server.
+_FAKE_KUBECTL = r"""#!/usr/bin/env python3
+import json, os, sys
+store = os.environ["FAKE_CM"]
+args = sys.argv[1:]
+cm = json.load(open(store))
+if "get" in args:
+    print(json.dumps(cm))
+elif "patch" in args:
+    patch = json.load(open(args[args.index("--patch-file") + 1]))
+    if patch["metadata"]["resourceVersion"] != cm["metadata"]["resourceVersion"]:
+        sys.exit("Error from server (Conflict): the object has been modified")
+    cm["data"].update(patch["data"])
+    cm["metadata"]["resourceVersion"] = str(int(cm["metadata"]["resourceVersion"]) + 1)
+    json.dump(cm, open(store, "w"))
+else:
+    sys.exit("unexpected: %r" % args)
+"""
+
+
+def _configmap_env(tmp_path: Path, conflict: bool = False) -> tuple[dict[str, str], Path]:
+    env = _host_env(tmp_path)
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir()
+    kubectl = bin_dir / "kubectl"
+    kubectl.write_text(_FAKE_KUBECTL)
+    kubectl.chmod(0o755)
+    store = tmp_path / "kubeadm-config.json"
+    text = (FIXTURES / "v1.34" / "cluster-configuration.yaml").read_text()
+    store.write_text(
+        json.dumps(
+            {
+                "metadata": {"name": "kubeadm-config", "resourceVersion": "100"},
+                "data": {"ClusterConfiguration": text},
+            }
+        )
+    )
+    if conflict:  # someone else writes between our get and our patch
+        kubectl.write_text(
+            _FAKE_KUBECTL.replace(
+                "print(json.dumps(cm))",
+                "print(json.dumps(cm))\n"
+                '    cm["metadata"]["resourceVersion"] = "101"; json.dump(cm, open(store, "w"))',
+            )
+        )
+    env["PATH"] = f"{bin_dir}:/usr/bin:/bin"
+    env["FAKE_CM"] = str(store)
+    return env, store
+
+
+def _cm_body(env: dict[str, str], action: str) -> str:
+    files = {
+        "file": f"{env['WORK']}/kubeadm-config.in.yaml",
+        "out": f"{env['WORK']}/kubeadm-config.out.yaml",
+        "state": f"{env['STATES']}/kubeadm-config.json",
+    }
+    kw: dict[str, Any] = dict(files)
+    if action == "apply":
+        kw.update(admission_plugins=["ExtendedResourceToleration"], feature_gates={"Foo": True})
+    argv = shlex.join(build_argv("kubeadm-config", action, **kw))
+    return (
+        f"export FAKE_CM={shlex.quote(env['FAKE_CM'])}\n"
+        f"cm_edit kubeadm-config ClusterConfiguration {files['file']} {files['out']} "
+        f"{files['state']} {argv}"
+    )
+
+
+def test_control_plane_features_host_persists_and_reverts_kubeadm_config(tmp_path: Path) -> None:
+    env, store = _configmap_env(tmp_path)
+    original = json.loads(store.read_text())["data"]["ClusterConfiguration"]
+
+    applied = _run_host(env, _cm_body(env, "apply"))
+    assert applied.returncode == 0, applied.stderr
+    cm = json.loads(store.read_text())
+    assert cm["metadata"]["resourceVersion"] == "101"
+    text = cm["data"]["ClusterConfiguration"]
+    assert (
+        "name: enable-admission-plugins\n    value: NodeRestriction,ExtendedResourceToleration"
+        in text
+    )
+    assert "name: feature-gates\n    value: Foo=true" in text
+
+    again = _run_host(env, _cm_body(env, "apply"))
+    assert again.returncode == 0, again.stderr
+    assert "already as configured" in again.stderr
+    assert json.loads(store.read_text())["metadata"]["resourceVersion"] == "101"
+
+    reverted = _run_host(env, _cm_body(env, "revert"))
+    assert reverted.returncode == 0, reverted.stderr
+    assert json.loads(store.read_text())["data"]["ClusterConfiguration"] == original
+
+
+def test_control_plane_features_host_fails_on_a_concurrent_configmap_change(
+    tmp_path: Path,
+) -> None:
+    env, store = _configmap_env(tmp_path, conflict=True)
+    original = json.loads(store.read_text())["data"]["ClusterConfiguration"]
+    result = _run_host(env, _cm_body(env, "apply"))
+    assert result.returncode == 1
+    assert "changed meanwhile?" in result.stderr
+    assert json.loads(store.read_text())["data"]["ClusterConfiguration"] == original
+    # The editor's state is put back too, so the next run starts from the truth.
+    assert not Path(env["STATES"], "kubeadm-config.json").exists()
+
+
+def test_control_plane_features_host_probes_this_api_server_port_and_address(
+    tmp_path: Path,
+) -> None:
+    env = _host_env(tmp_path)
+    manifest = Path(env["MANIFEST"])
+    result = _run_host(env, "apiserver_readyz_url")
+    assert result.stdout.strip() == "https://127.0.0.1:6443/readyz"
+    text = manifest.read_text().replace("--secure-port=6443", "--secure-port=7443")
+    manifest.write_text(
+        text.replace("- --allow-privileged", "- --bind-address=10.1.2.3\n    - --allow-privileged")
+    )
+    result = _run_host(env, "apiserver_readyz_url")
+    assert result.stdout.strip() == "https://10.1.2.3:7443/readyz"
