@@ -424,3 +424,181 @@ def test_config_rejects_ready_timeout_below_30_seconds() -> None:
     assert problems == [
         "gpu-cluster:controlPlane.readyTimeoutSeconds: got 5; expected an integer from 30 to 1800"
     ]
+
+
+# --------------------------------------------------------------------------- gpuOperator, monitoring
+
+
+def test_config_helm_layers_are_off_by_default() -> None:
+    config = parse_stack_config({})
+    assert config.gpu_operator.enabled is False
+    assert config.monitoring.enabled is False
+    assert config.gpu_operator.version == "v26.3.3"
+    assert config.monitoring.version == "88.2.0"
+
+
+def test_config_dev_runs_preinstalled_drivers_with_time_slicing() -> None:
+    dev = parse_stack_config(decode_raw_config(stack_config("dev")))
+    assert dev.gpu_operator.enabled
+    assert (dev.gpu_operator.driver_enabled, dev.gpu_operator.toolkit_enabled) == (False, False)
+    assert dev.gpu_operator.time_slicing is not None
+    assert dev.gpu_operator.time_slicing.replicas == 4
+    assert dev.monitoring.enabled
+
+
+def test_config_prod_installs_drivers_and_uses_single_mig() -> None:
+    prod = parse_stack_config(decode_raw_config(stack_config("prod")))
+    assert prod.gpu_operator.driver_enabled
+    assert prod.gpu_operator.mig_strategy == "single"
+    assert prod.gpu_operator.toolkit_env["CONTAINERD_SET_AS_DEFAULT"] == "true"
+
+
+def test_config_toolkit_env_numbers_and_booleans_become_strings() -> None:
+    config = _parse(gpuOperator={"toolkit": {"env": {"A": True, "B": 3, "C": "x"}}})
+    assert config.gpu_operator.toolkit_env == {"A": "true", "B": "3", "C": "x"}
+
+
+def test_config_grafana_password_becomes_a_pulumi_secret() -> None:
+    config = _parse(monitoring={"enabled": True}, grafanaAdminPassword="pw-1")
+    password = config.monitoring.grafana_admin_password
+    assert isinstance(password, pulumi.Output)
+    assert "pw-1" not in repr(config.monitoring)
+    loop = asyncio.get_event_loop()  # the loop the Output was created on
+    assert loop.run_until_complete(password.is_secret())
+    assert loop.run_until_complete(password.future()) == "pw-1"
+
+
+def test_config_rejects_unknown_mig_strategy() -> None:
+    problems = _problems(gpuOperator={"mig": {"strategy": "auto"}})
+    assert problems == [
+        "gpu-cluster:gpuOperator.mig.strategy: got 'auto'; allowed: none, single, mixed"
+    ]
+
+
+@pytest.mark.parametrize("replicas", [1, 65, "4"])
+def test_config_rejects_time_slicing_replicas_out_of_range(replicas: Any) -> None:
+    problems = _problems(gpuOperator={"devicePlugin": {"timeSlicing": {"replicas": replicas}}})
+    assert problems == [
+        f"gpu-cluster:gpuOperator.devicePlugin.timeSlicing.replicas: got {replicas!r}; "
+        "expected an integer from 2 to 64"
+    ]
+
+
+def test_config_rejects_time_slicing_with_mixed_mig() -> None:
+    problems = _problems(
+        gpuOperator={"devicePlugin": {"timeSlicing": {"replicas": 2}}, "mig": {"strategy": "mixed"}}
+    )
+    assert problems == [
+        "gpu-cluster:gpuOperator.mig.strategy: got 'mixed'; time-slicing shares nvidia.com/gpu, "
+        "which needs mig.strategy none or single"
+    ]
+
+
+def test_config_rejects_toolkit_env_name_that_is_not_a_variable() -> None:
+    problems = _problems(gpuOperator={"toolkit": {"env": {"CONTAINERD-CONFIG": "x"}}})
+    assert problems == [
+        "gpu-cluster:gpuOperator.toolkit.env.CONTAINERD-CONFIG: got 'CONTAINERD-CONFIG'; "
+        "expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
+    ]
+
+
+def test_config_rejects_toolkit_env_value_that_is_an_object() -> None:
+    problems = _problems(gpuOperator={"toolkit": {"env": {"A": {"b": 1}}}})
+    assert problems == [
+        "gpu-cluster:gpuOperator.toolkit.env.A: got {'b': 1}; "
+        "expected a string (numbers and booleans become strings)"
+    ]
+
+
+@pytest.mark.parametrize("version", ["latest", "26.3", ">=v26.0.0", ""])
+def test_config_rejects_unpinned_gpu_operator_version(version: str) -> None:
+    problems = _problems(gpuOperator={"version": version})
+    assert problems == [
+        f"gpu-cluster:gpuOperator.version: got {version!r}; "
+        "expected a pinned chart version, e.g. v26.3.3"
+    ]
+
+
+def test_config_rejects_monitoring_repository_that_is_not_a_url() -> None:
+    problems = _problems(monitoring={"repository": "prometheus-community"})
+    assert problems == [
+        "gpu-cluster:monitoring.repository: got 'prometheus-community'; "
+        "expected a Helm repository URL (https://..., http://... or oci://...)"
+    ]
+
+
+def test_config_rejects_gpu_operator_namespace_that_is_not_a_label() -> None:
+    problems = _problems(gpuOperator={"namespace": "GPU_Operator"})
+    assert problems == [
+        "gpu-cluster:gpuOperator.namespace: got 'GPU_Operator'; "
+        "expected a namespace name (DNS-1123 label)"
+    ]
+
+
+def test_config_rejects_non_boolean_driver_switch() -> None:
+    problems = _problems(gpuOperator={"driver": {"enabled": "no"}})
+    assert problems == ["gpu-cluster:gpuOperator.driver.enabled: got 'no'; expected true or false"]
+
+
+def test_config_rejects_unknown_gpu_operator_key() -> None:
+    problems = _problems(gpuOperator={"drivers": {"enabled": False}})
+    assert len(problems) == 1
+    assert problems[0].startswith(
+        "gpu-cluster:gpuOperator.drivers: got {'enabled': False}; unknown key; allowed: enabled,"
+    )
+
+
+def test_config_rejects_gpu_operator_values_that_are_not_an_object() -> None:
+    problems = _problems(gpuOperator={"values": ["driver.enabled=false"]})
+    assert problems == [
+        "gpu-cluster:gpuOperator.values: got ['driver.enabled=false']; "
+        "expected an object of chart values"
+    ]
+
+
+def test_config_rejects_monitoring_without_a_grafana_password() -> None:
+    problems = _problems(monitoring={"enabled": True})
+    assert problems == [
+        "gpu-cluster:grafanaAdminPassword: got ''; required when monitoring.enabled is true "
+        "(pulumi config set --secret gpu-cluster:grafanaAdminPassword), unless "
+        "monitoring.grafanaAdminSecret names an existing Secret"
+    ]
+
+
+def test_config_rejects_both_grafana_password_sources() -> None:
+    problems = _problems(
+        monitoring={"enabled": True, "grafanaAdminSecret": "grafana-admin"},
+        grafanaAdminPassword="pw-2",
+    )
+    assert problems == [
+        "gpu-cluster:monitoring.grafanaAdminSecret: got 'grafana-admin'; set either "
+        "grafanaAdminPassword or monitoring.grafanaAdminSecret, not both"
+    ]
+    assert "pw-2" not in problems[0]
+
+
+def test_config_rejects_non_string_grafana_password_without_showing_it() -> None:
+    problems = _problems(grafanaAdminPassword=12345678)
+    assert problems == [
+        "gpu-cluster:grafanaAdminPassword: got '[secret, not shown]'; expected a string"
+    ]
+
+
+def test_config_rejects_bad_dcgm_scrape_interval() -> None:
+    problems = _problems(monitoring={"dcgmScrapeInterval": "15 seconds"})
+    assert problems == [
+        "gpu-cluster:monitoring.dcgmScrapeInterval: got '15 seconds'; "
+        "expected a Prometheus duration, e.g. 15s or 1m"
+    ]
+
+
+def test_config_rejects_a_second_dcgm_service_monitor() -> None:
+    problems = _problems(
+        gpuOperator={"values": {"dcgmExporter": {"serviceMonitor": {"enabled": True}}}},
+        monitoring={"enabled": True},
+        grafanaAdminPassword="pw-3",
+    )
+    assert problems == [
+        "gpu-cluster:gpuOperator.values.dcgmExporter.serviceMonitor.enabled: got True; "
+        "MonitoringStack already creates the one ServiceMonitor for dcgm-exporter; leave this unset"
+    ]

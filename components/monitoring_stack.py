@@ -1,0 +1,254 @@
+"""MonitoringStack: kube-prometheus-stack, the DCGM ServiceMonitor, a GPU dashboard and alerts.
+
+- kube-prometheus-stack as a `helm.v3.Release` (pinned). Its Prometheus selects every
+  ServiceMonitor, PodMonitor and PrometheusRule in the cluster
+  (`*SelectorNilUsesHelmValues: false`), so nothing here needs the release label.
+- Grafana's admin password comes from a Pulumi secret, stored in a Kubernetes Secret the chart
+  reads (`grafana.admin.existingSecret`), or from a Secret that already exists; never the chart
+  default. Grafana's sidecar loads dashboards from ConfigMaps labelled grafana_dashboard=1.
+- The one ServiceMonitor that scrapes dcgm-exporter lives here, not in the GPU Operator chart:
+  its CRD arrives with this release, so it is created after the release.
+- components/dashboards/gpu.json and components/alerts/gpu.rules.yaml are deployed as they are;
+  the tests parse every PromQL expression in them with Prometheus' parser and run promtool.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+from components.cluster_access import ClusterAccess
+from components.gpu_operator import DcgmTarget, deep_merge
+
+TOKEN = "gpu-cluster:index:MonitoringStack"
+
+DEFAULT_REPOSITORY = "https://prometheus-community.github.io/helm-charts"
+DEFAULT_VERSION = "88.2.0"
+RELEASE_NAME = "kube-prometheus-stack"
+HERE = Path(__file__).resolve().parent
+DASHBOARD_FILE = HERE / "dashboards" / "gpu.json"
+RULES_FILE = HERE / "alerts" / "gpu.rules.yaml"
+DASHBOARD_LABEL = "grafana_dashboard"
+GRAFANA_USER_KEY = "admin-user"
+GRAFANA_PASSWORD_KEY = "admin-password"
+
+
+def load_dashboard(path: Path = DASHBOARD_FILE) -> dict[str, Any]:
+    """The GPU dashboard (Grafana JSON model)."""
+    return dict(json.loads(path.read_text()))
+
+
+def load_rule_groups(path: Path = RULES_FILE) -> list[dict[str, Any]]:
+    """The alert rule groups, in Prometheus rule-file form (also a PrometheusRule's spec)."""
+    return list(yaml.safe_load(path.read_text())["groups"])
+
+
+def dcgm_endpoint(port: str, interval: str) -> dict[str, Any]:
+    """The scrape endpoint for dcgm-exporter.
+
+    honorLabels keeps the namespace/pod/container labels dcgm-exporter puts on each GPU's
+    series (the workload using the GPU) instead of overwriting them with the exporter pod's own.
+    dcgm-exporter's Hostname label is the exporter pod's name, not the node's, so it is dropped
+    and `node` comes from the pod's node name.
+    # Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-telemetry/latest/kube-prometheus.html
+    """
+    return {
+        "port": port,
+        "path": "/metrics",
+        "interval": interval,
+        "honorLabels": True,
+        "relabelings": [
+            {
+                "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+                "targetLabel": "node",
+                "action": "replace",
+            }
+        ],
+        "metricRelabelings": [{"action": "labeldrop", "regex": "Hostname"}],
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class MonitoringStackArgs:
+    """Inputs of MonitoringStack. Exactly one of the two Grafana password sources is set."""
+
+    access: ClusterAccess
+    """Cluster provider."""
+    grafana_admin_password: pulumi.Input[str] | None = None
+    """Grafana admin password (a Pulumi secret); stored in a Secret the chart reads."""
+    grafana_admin_secret: str | None = None
+    """Name of an existing Secret in `namespace` with keys admin-user and admin-password."""
+    dcgm: DcgmTarget | None = None
+    """dcgm-exporter to scrape (GpuOperator.dcgm_target); None: no GPU metrics to scrape."""
+    namespace: str = "monitoring"
+    """The stack's namespace (created here)."""
+    repository: str = DEFAULT_REPOSITORY
+    """Helm repository URL of kube-prometheus-stack."""
+    version: str = DEFAULT_VERSION
+    """Chart version (pinned)."""
+    dcgm_scrape_interval: str = "15s"
+    """How often dcgm-exporter is scraped."""
+    values: Mapping[str, Any] = field(default_factory=dict)
+    """Free-form chart values deep-merged last."""
+
+    def __post_init__(self) -> None:
+        if (self.grafana_admin_password is None) == (self.grafana_admin_secret is None):
+            raise ValueError(
+                "MonitoringStackArgs: set exactly one of grafana_admin_password (a Pulumi "
+                "secret) or grafana_admin_secret (an existing Secret's name)"
+            )
+
+
+def stack_values(args: MonitoringStackArgs, grafana_secret: str) -> dict[str, Any]:
+    """The chart values: selectors, Grafana admin Secret and sidecar, then `args.values`."""
+    typed: dict[str, Any] = {
+        "prometheus": {
+            "prometheusSpec": {
+                # Select every monitor and rule in the cluster, not only the release's own.
+                "serviceMonitorSelectorNilUsesHelmValues": False,
+                "podMonitorSelectorNilUsesHelmValues": False,
+                "ruleSelectorNilUsesHelmValues": False,
+            }
+        },
+        "grafana": {
+            "admin": {
+                "existingSecret": grafana_secret,
+                "userKey": GRAFANA_USER_KEY,
+                "passwordKey": GRAFANA_PASSWORD_KEY,
+            },
+            "sidecar": {
+                "dashboards": {"enabled": True, "label": DASHBOARD_LABEL, "labelValue": "1"}
+            },
+        },
+    }
+    return deep_merge(typed, args.values)
+
+
+class MonitoringStack(pulumi.ComponentResource):
+    """Prometheus, Grafana, the DCGM ServiceMonitor, the GPU dashboard and GPU alerts."""
+
+    namespace: pulumi.Output[str]
+    """The stack's namespace."""
+    release_status: pulumi.Output[str]
+    """Helm release status of kube-prometheus-stack."""
+    chart_version: pulumi.Output[str]
+    """Deployed chart version."""
+    grafana_service: pulumi.Output[str]
+    """`<namespace>/<service>` of Grafana (port 80), e.g. for kubectl port-forward."""
+    dashboard_name: pulumi.Output[str]
+    """Name of the ConfigMap holding the GPU dashboard."""
+    dashboard_uid: pulumi.Output[str]
+    """The GPU dashboard's Grafana uid (its URL is /d/<uid>)."""
+    rule_name: pulumi.Output[str]
+    """Name of the PrometheusRule with the GPU alerts."""
+    dcgm_service_monitor: pulumi.Output[str]
+    """Name of the ServiceMonitor scraping dcgm-exporter ("" when there is none)."""
+
+    def __init__(
+        self, name: str, args: MonitoringStackArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(TOKEN, name, None, opts)
+        child = pulumi.ResourceOptions(parent=self, provider=args.access.provider)
+        labels = {"app.kubernetes.io/part-of": "gpu-cluster"}
+
+        namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace", metadata={"name": args.namespace, "labels": labels}, opts=child
+        )
+        namespace_name = namespace.metadata.apply(lambda m: str(m["name"]))
+
+        if args.grafana_admin_password is not None:
+            admin = k8s.core.v1.Secret(
+                f"{name}-grafana-admin",
+                metadata={"name": "grafana-admin", "namespace": namespace_name, "labels": labels},
+                type="Opaque",
+                string_data={
+                    GRAFANA_USER_KEY: "admin",
+                    GRAFANA_PASSWORD_KEY: pulumi.Output.secret(args.grafana_admin_password),
+                },
+                opts=child,
+            )
+            grafana_secret = admin.metadata.apply(lambda m: str(m["name"]))
+        else:
+            grafana_secret = pulumi.Output.from_input(str(args.grafana_admin_secret))
+
+        release = k8s.helm.v3.Release(
+            f"{name}-release",
+            name=RELEASE_NAME,
+            chart="kube-prometheus-stack",
+            version=args.version,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=args.repository),
+            namespace=namespace_name,
+            values=grafana_secret.apply(lambda secret: stack_values(args, secret)),
+            opts=child,
+        )
+        # The CRDs (ServiceMonitor, PrometheusRule) arrive with the release.
+        after_release = pulumi.ResourceOptions.merge(
+            child, pulumi.ResourceOptions(depends_on=[release])
+        )
+
+        dashboard = load_dashboard()
+        dashboard_map = k8s.core.v1.ConfigMap(
+            f"{name}-gpu-dashboard",
+            metadata={
+                "name": "gpu-dashboard",
+                "namespace": namespace_name,
+                "labels": {**labels, DASHBOARD_LABEL: "1"},
+            },
+            data={"gpu.json": json.dumps(dashboard, indent=2, sort_keys=True)},
+            opts=child,
+        )
+
+        rule = k8s.apiextensions.CustomResource(
+            f"{name}-gpu-alerts",
+            api_version="monitoring.coreos.com/v1",
+            kind="PrometheusRule",
+            metadata={"name": "gpu-alerts", "namespace": namespace_name, "labels": labels},
+            spec={"groups": load_rule_groups()},
+            opts=after_release,
+        )
+
+        monitor_name: pulumi.Output[str] = pulumi.Output.from_input("")
+        if args.dcgm is not None:
+            dcgm = args.dcgm
+            monitor = k8s.apiextensions.CustomResource(
+                f"{name}-dcgm-exporter",
+                api_version="monitoring.coreos.com/v1",
+                kind="ServiceMonitor",
+                metadata={"name": "dcgm-exporter", "namespace": namespace_name, "labels": labels},
+                spec={
+                    "selector": {"matchLabels": dict(dcgm.selector)},
+                    "namespaceSelector": {"matchNames": [pulumi.Output.from_input(dcgm.namespace)]},
+                    "endpoints": [dcgm_endpoint(dcgm.port, args.dcgm_scrape_interval)],
+                },
+                opts=after_release,
+            )
+            monitor_name = monitor.metadata.apply(lambda m: str(m["name"]))
+
+        status = release.status
+        self.namespace = namespace_name
+        self.release_status = status.apply(lambda s: str(s.status))
+        self.chart_version = status.apply(lambda s: str(s.version))
+        self.grafana_service = status.apply(lambda s: f"{s.namespace}/{s.name}-grafana")
+        self.dashboard_name = dashboard_map.metadata.apply(lambda m: str(m["name"]))
+        self.dashboard_uid = pulumi.Output.from_input(str(dashboard["uid"]))
+        self.rule_name = rule.metadata.apply(lambda m: str(m["name"]))
+        self.dcgm_service_monitor = monitor_name
+        self.register_outputs(
+            {
+                "namespace": self.namespace,
+                "release_status": self.release_status,
+                "chart_version": self.chart_version,
+                "grafana_service": self.grafana_service,
+                "dashboard_name": self.dashboard_name,
+                "dashboard_uid": self.dashboard_uid,
+                "rule_name": self.rule_name,
+                "dcgm_service_monitor": self.dcgm_service_monitor,
+            }
+        )

@@ -1,0 +1,217 @@
+"""GpuOperator under Pulumi mocks: the values handed to the chart, the pinned chart, ordering."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from components import (
+    ClusterAccess,
+    GpuOperator,
+    GpuOperatorArgs,
+    Taint,
+    TaintedGpuPool,
+    TaintedGpuPoolArgs,
+    TimeSlicing,
+)
+from components.gpu_operator import DEFAULT_REPOSITORY, DEFAULT_VERSION, deep_merge
+from tests.conftest import Recording, Registration, register
+
+RELEASE = "kubernetes:helm.sh/v3:Release"
+NODE_TAINT = "pulumi-python:dynamic/gpu-cluster:NodeTaint"
+
+
+def _make_gpu_operator(taint: Taint | None = None, **overrides: Any) -> Recording:
+    """A two-node pool and a GpuOperator taking the pool's taint output."""
+
+    def build() -> None:
+        access = ClusterAccess.create("cluster", "apiVersion: v1\nkind: Config\n", None)
+        pool = TaintedGpuPool(
+            "pool",
+            TaintedGpuPoolArgs(access=access, nodes=["gpu-1", "gpu-2"], taint=taint or Taint()),
+        )
+        GpuOperator("op", GpuOperatorArgs(access=access, taint=pool.taint, **overrides))
+
+    return register(build)
+
+
+def _release(recording: Recording) -> Registration:
+    (release,) = recording.of_type(RELEASE)
+    return release
+
+
+def _values(recording: Recording) -> dict[str, Any]:
+    return dict(_release(recording).inputs["values"])
+
+
+def test_gpu_operator_tolerations_equal_the_pool_taint() -> None:
+    taint = Taint(key="example.com/accelerator", value="a100", effect="NoExecute")
+    values = _values(_make_gpu_operator(taint))
+    expected = [
+        {
+            "key": "example.com/accelerator",
+            "operator": "Equal",
+            "value": "a100",
+            "effect": "NoExecute",
+        }
+    ]
+    assert values["daemonsets"]["tolerations"] == expected
+    assert values["node-feature-discovery"]["worker"]["tolerations"] == expected
+
+
+def test_gpu_operator_release_waits_for_every_node_taint() -> None:
+    recording = _make_gpu_operator()
+    taints = {t.urn for t in recording.of_type(NODE_TAINT)}
+    assert len(taints) == 2
+    assert taints <= set(_release(recording).dependencies)
+
+
+def test_gpu_operator_chart_is_pinned_by_default() -> None:
+    release = _release(_make_gpu_operator())
+    assert release.inputs["chart"] == "gpu-operator"
+    assert release.inputs["version"] == DEFAULT_VERSION == "v26.3.3"
+    assert release.inputs["repositoryOpts"] == {"repo": DEFAULT_REPOSITORY}
+    assert release.inputs["name"] == "gpu-operator"
+
+
+def test_gpu_operator_version_and_repository_follow_args() -> None:
+    release = _release(
+        _make_gpu_operator(version="v25.10.1", repository="https://charts.example.com/nvidia")
+    )
+    assert release.inputs["version"] == "v25.10.1"
+    assert release.inputs["repositoryOpts"] == {"repo": "https://charts.example.com/nvidia"}
+
+
+def test_gpu_operator_driver_and_toolkit_switches_reach_the_chart() -> None:
+    values = _values(_make_gpu_operator(driver_enabled=False, toolkit_enabled=False))
+    assert values["driver"] == {"enabled": False}
+    assert values["toolkit"]["enabled"] is False
+    values = _values(_make_gpu_operator())
+    assert values["driver"] == {"enabled": True}
+    assert values["toolkit"]["enabled"] is True
+
+
+def test_gpu_operator_toolkit_env_is_a_list_of_string_values() -> None:
+    values = _values(
+        _make_gpu_operator(
+            toolkit_env={
+                "CONTAINERD_CONFIG": "/etc/containerd/config.toml",
+                "CONTAINERD_SET_AS_DEFAULT": "true",
+            }
+        )
+    )
+    assert values["toolkit"]["env"] == [
+        {"name": "CONTAINERD_CONFIG", "value": "/etc/containerd/config.toml"},
+        {"name": "CONTAINERD_SET_AS_DEFAULT", "value": "true"},
+    ]
+
+
+def test_gpu_operator_lives_in_its_own_privileged_namespace() -> None:
+    recording = _make_gpu_operator(namespace="nvidia-gpu")
+    (namespace,) = recording.of_type("kubernetes:core/v1:Namespace")
+    assert namespace.inputs["metadata"]["name"] == "nvidia-gpu"
+    assert (
+        namespace.inputs["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    )
+    release = _release(recording)
+    assert release.inputs["namespace"] == "nvidia-gpu"
+    assert namespace.urn in release.dependencies
+
+
+def test_gpu_operator_without_time_slicing_has_no_device_plugin_config() -> None:
+    recording = _make_gpu_operator()
+    assert recording.of_type("kubernetes:core/v1:ConfigMap") == []
+    assert "config" not in _values(recording)["devicePlugin"]
+
+
+def test_gpu_operator_time_slicing_config_map_is_named_in_the_values() -> None:
+    recording = _make_gpu_operator(time_slicing=TimeSlicing(replicas=4), mig_strategy="none")
+    (config_map,) = recording.of_type("kubernetes:core/v1:ConfigMap")
+    document = yaml.safe_load(config_map.inputs["data"]["any"])
+    assert document["flags"] == {"migStrategy": "none"}
+    assert document["sharing"]["timeSlicing"]["resources"] == [
+        {"name": "nvidia.com/gpu", "replicas": 4}
+    ]
+    release = _release(recording)
+    assert release.inputs["values"]["devicePlugin"]["config"] == {
+        "create": False,
+        "name": config_map.inputs["metadata"]["name"],
+        "default": "any",
+    }
+    assert config_map.urn in release.dependencies
+
+
+def test_gpu_operator_mig_dcgm_nfd_and_crd_upgrade_values() -> None:
+    values = _values(
+        _make_gpu_operator(
+            mig_strategy="mixed",
+            mig_manager_enabled=False,
+            dcgm_exporter_enabled=False,
+            nfd_enabled=False,
+            upgrade_crd=False,
+        )
+    )
+    assert values["mig"] == {"strategy": "mixed"}
+    assert values["migManager"] == {"enabled": False}
+    assert values["dcgmExporter"]["enabled"] is False
+    assert values["nfd"] == {"enabled": False}
+    assert values["operator"] == {"upgradeCRD": False}
+
+
+def test_gpu_operator_never_enables_the_charts_dcgm_service_monitor() -> None:
+    values = _values(_make_gpu_operator())
+    assert values["dcgmExporter"] == {"enabled": True, "serviceMonitor": {"enabled": False}}
+
+
+def test_gpu_operator_free_form_values_are_merged_last() -> None:
+    values = _values(
+        _make_gpu_operator(
+            driver_enabled=True,
+            values={
+                "driver": {"version": "580.95.05"},
+                "toolkit": {"enabled": False},
+                "cdi": {"enabled": True},
+            },
+        )
+    )
+    assert values["driver"] == {"enabled": True, "version": "580.95.05"}
+    assert values["toolkit"]["enabled"] is False
+    assert values["cdi"] == {"enabled": True}
+
+
+def test_gpu_operator_dcgm_target_follows_the_switch() -> None:
+    targets: list[Any] = []
+
+    def build(enabled: bool) -> None:
+        access = ClusterAccess.create("cluster", "apiVersion: v1\nkind: Config\n", None)
+        op = GpuOperator(
+            "op",
+            GpuOperatorArgs(access=access, taint=Taint().as_dict(), dcgm_exporter_enabled=enabled),
+        )
+        targets.append(op.dcgm_target)
+
+    register(lambda: build(True))
+    register(lambda: build(False))
+    assert targets[0] is not None
+    assert (dict(targets[0].selector), targets[0].port) == (
+        {"app": "nvidia-dcgm-exporter"},
+        "gpu-metrics",
+    )
+    assert targets[1] is None
+
+
+@pytest.mark.parametrize(
+    ("base", "override", "merged"),
+    [
+        ({"a": {"b": 1, "c": 2}}, {"a": {"c": 3}}, {"a": {"b": 1, "c": 3}}),
+        ({"a": [1, 2]}, {"a": [3]}, {"a": [3]}),
+        ({"a": {"b": 1}}, {"a": None}, {"a": None}),
+    ],
+)
+def test_gpu_operator_deep_merge_merges_objects_and_replaces_the_rest(
+    base: dict[str, Any], override: dict[str, Any], merged: dict[str, Any]
+) -> None:
+    assert deep_merge(base, override) == merged
+    assert base != merged  # the inputs are not modified

@@ -1,0 +1,232 @@
+"""MonitoringStack under Pulumi mocks, alone and wired into the whole program.
+
+The dashboard and rule files themselves are checked with Prometheus' parser and promtool in
+tests/test_promql.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components import ClusterAccess, DcgmTarget, MonitoringStack, MonitoringStackArgs
+from components.monitoring_stack import DEFAULT_VERSION, load_dashboard, load_rule_groups
+from tests.conftest import Recording, Registration, register, run_program
+
+RELEASE = "kubernetes:helm.sh/v3:Release"
+SERVICE_MONITOR = "kubernetes:monitoring.coreos.com/v1:ServiceMonitor"
+PROMETHEUS_RULE = "kubernetes:monitoring.coreos.com/v1:PrometheusRule"
+PASSWORD = "correct-horse-battery-staple"
+
+
+@pytest.fixture
+def kubeconfig(empty_kubeconfig_env: Path) -> None:
+    """Program runs read this throwaway kubeconfig, never the developer's."""
+
+
+def _make_monitoring_stack(**overrides: Any) -> Recording:
+    def build() -> None:
+        access = ClusterAccess.create("cluster", "apiVersion: v1\nkind: Config\n", None)
+        args: dict[str, Any] = {
+            "access": access,
+            "grafana_admin_password": PASSWORD,
+            "dcgm": DcgmTarget(namespace="gpu-operator"),
+            **overrides,
+        }
+        MonitoringStack("mon", MonitoringStackArgs(**args))
+
+    return register(build)
+
+
+def _release(recording: Recording, name: str = "mon-release") -> Registration:
+    return recording.named(name)
+
+
+def _plain_inputs_text(recording: Recording) -> str:
+    """Every input that is not marked secret, as one JSON text."""
+    return json.dumps(
+        [
+            {k: v for k, v in r.inputs.items() if k not in r.secret_inputs}
+            for r in recording.resources
+        ],
+        default=str,
+    )
+
+
+def test_monitoring_stack_chart_is_pinned_by_default() -> None:
+    release = _release(_make_monitoring_stack())
+    assert release.inputs["chart"] == "kube-prometheus-stack"
+    assert release.inputs["version"] == DEFAULT_VERSION == "88.2.0"
+    assert release.inputs["repositoryOpts"] == {
+        "repo": "https://prometheus-community.github.io/helm-charts"
+    }
+
+
+def test_monitoring_stack_prometheus_selects_every_monitor_and_rule() -> None:
+    spec = _release(_make_monitoring_stack()).inputs["values"]["prometheus"]["prometheusSpec"]
+    assert spec["serviceMonitorSelectorNilUsesHelmValues"] is False
+    assert spec["podMonitorSelectorNilUsesHelmValues"] is False
+    assert spec["ruleSelectorNilUsesHelmValues"] is False
+
+
+def test_monitoring_stack_grafana_password_is_a_secret_and_never_plain() -> None:
+    recording = _make_monitoring_stack()
+    secret = recording.named("mon-grafana-admin")
+    assert "stringData" in secret.secret_inputs
+    assert secret.inputs["stringData"]["value"]["admin-password"] == PASSWORD  # one secret map
+    assert PASSWORD not in _plain_inputs_text(recording)
+    admin = _release(recording).inputs["values"]["grafana"]["admin"]
+    assert admin == {
+        "existingSecret": secret.inputs["metadata"]["name"],
+        "userKey": "admin-user",
+        "passwordKey": "admin-password",
+    }
+    assert secret.urn in _release(recording).dependencies
+
+
+def test_monitoring_stack_existing_secret_creates_no_secret() -> None:
+    recording = _make_monitoring_stack(
+        grafana_admin_password=None, grafana_admin_secret="grafana-x"
+    )
+    assert recording.of_type("kubernetes:core/v1:Secret") == []
+    admin = _release(recording).inputs["values"]["grafana"]["admin"]
+    assert admin["existingSecret"] == "grafana-x"
+
+
+@pytest.mark.parametrize(
+    ("password", "secret"), [(None, None), (PASSWORD, "grafana-admin")], ids=["none", "both"]
+)
+def test_monitoring_stack_needs_exactly_one_password_source(
+    password: str | None, secret: str | None
+) -> None:
+    access = ClusterAccess.__new__(ClusterAccess)
+    with pytest.raises(ValueError, match="set exactly one of grafana_admin_password"):
+        MonitoringStackArgs(
+            access=access, grafana_admin_password=password, grafana_admin_secret=secret
+        )
+
+
+def test_monitoring_stack_grafana_sidecar_loads_the_labelled_dashboard() -> None:
+    recording = _make_monitoring_stack()
+    sidecar = _release(recording).inputs["values"]["grafana"]["sidecar"]["dashboards"]
+    assert sidecar == {"enabled": True, "label": "grafana_dashboard", "labelValue": "1"}
+    dashboard = recording.named("mon-gpu-dashboard")
+    assert dashboard.inputs["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard.inputs["data"]["gpu.json"]) == load_dashboard()
+
+
+def test_monitoring_stack_dcgm_service_monitor_keeps_workload_labels_and_the_node() -> None:
+    (monitor,) = _make_monitoring_stack().of_type(SERVICE_MONITOR)
+    spec = monitor.inputs["spec"]
+    assert spec["selector"] == {"matchLabels": {"app": "nvidia-dcgm-exporter"}}
+    assert spec["namespaceSelector"] == {"matchNames": ["gpu-operator"]}
+    (endpoint,) = spec["endpoints"]
+    assert endpoint["port"] == "gpu-metrics"
+    assert endpoint["honorLabels"] is True
+    assert {
+        "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+        "targetLabel": "node",
+        "action": "replace",
+    } in endpoint["relabelings"]
+    assert endpoint["metricRelabelings"] == [{"action": "labeldrop", "regex": "Hostname"}]
+
+
+def test_monitoring_stack_custom_resources_come_after_the_release() -> None:
+    recording = _make_monitoring_stack()
+    release = _release(recording)
+    (monitor,) = recording.of_type(SERVICE_MONITOR)
+    (rule,) = recording.of_type(PROMETHEUS_RULE)
+    assert release.urn in monitor.dependencies
+    assert release.urn in rule.dependencies
+
+
+def test_monitoring_stack_rule_carries_the_rule_file() -> None:
+    (rule,) = _make_monitoring_stack().of_type(PROMETHEUS_RULE)
+    assert rule.inputs["spec"] == {"groups": load_rule_groups()}
+    alerts = {r["alert"] for g in rule.inputs["spec"]["groups"] for r in g["rules"]}
+    assert alerts == {
+        "GpuXidError",
+        "GpuTemperatureHigh",
+        "GpuPodPendingTooLong",
+        "GpuNodeNoAllocatableGpus",
+    }
+
+
+def test_monitoring_stack_without_dcgm_has_no_service_monitor() -> None:
+    recording = _make_monitoring_stack(dcgm=None)
+    assert recording.of_type(SERVICE_MONITOR) == []
+    assert recording.of_type(PROMETHEUS_RULE)
+
+
+def test_monitoring_stack_free_form_values_are_merged_last() -> None:
+    values = _release(
+        _make_monitoring_stack(values={"grafana": {"sidecar": {"dashboards": {"enabled": False}}}})
+    ).inputs["values"]
+    assert values["grafana"]["sidecar"]["dashboards"]["enabled"] is False
+    assert values["grafana"]["sidecar"]["dashboards"]["label"] == "grafana_dashboard"
+
+
+# --------------------------------------------------------------------------- the whole program
+
+
+def _dcgm_monitors(recording: Recording) -> list[Registration]:
+    return [
+        m
+        for m in recording.of_type(SERVICE_MONITOR)
+        if m.inputs["spec"]["selector"]["matchLabels"].get("app") == "nvidia-dcgm-exporter"
+    ]
+
+
+@pytest.mark.usefixtures("kubeconfig")
+def test_monitoring_stack_dev_program_has_exactly_one_dcgm_service_monitor() -> None:
+    recording = run_program("dev")
+    (monitor,) = _dcgm_monitors(recording)
+    operator = recording.named("gpu-operator-release")
+    # The chart's own ServiceMonitor stays off, so this is the only one.
+    assert operator.inputs["values"]["dcgmExporter"]["serviceMonitor"] == {"enabled": False}
+    assert monitor.inputs["spec"]["namespaceSelector"] == {"matchNames": ["gpu-operator"]}
+    # Its namespace is the operator release's, and its CRD comes with the stack's release.
+    assert operator.urn in monitor.dependencies
+    assert recording.named("monitoring-release").urn in monitor.dependencies
+
+
+@pytest.mark.usefixtures("kubeconfig")
+def test_monitoring_stack_dev_program_orders_the_operator_after_the_pool() -> None:
+    recording = run_program("dev")
+    operator = recording.named("gpu-operator-release")
+    taints = recording.of_type("pulumi-python:dynamic/gpu-cluster:NodeTaint")
+    assert taints
+    assert {t.urn for t in taints} <= set(operator.dependencies)
+    tolerations = operator.inputs["values"]["daemonsets"]["tolerations"]
+    assert tolerations == [
+        {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}
+    ]
+    assert recording.outputs["gpuOperatorNamespace"] == "gpu-operator"
+    assert recording.outputs["dcgmServiceMonitor"] == "dcgm-exporter"
+
+
+@pytest.mark.usefixtures("kubeconfig")
+def test_monitoring_stack_program_password_from_config_stays_secret() -> None:
+    recording = run_program(
+        "prod",
+        {
+            "monitoring": {"enabled": True},
+            "grafanaAdminPassword": PASSWORD,
+        },
+    )
+    secret = recording.named("monitoring-grafana-admin")
+    assert "stringData" in secret.secret_inputs
+    assert PASSWORD not in _plain_inputs_text(recording)
+    assert PASSWORD not in json.dumps(recording.outputs, default=str)
+
+
+@pytest.mark.usefixtures("kubeconfig")
+def test_monitoring_stack_prod_program_hands_mig_and_driver_values_to_the_chart() -> None:
+    values = run_program("prod").named("gpu-operator-release").inputs["values"]
+    assert values["driver"]["enabled"] is True
+    assert values["mig"] == {"strategy": "single"}
+    assert {"name": "CONTAINERD_SET_AS_DEFAULT", "value": "true"} in values["toolkit"]["env"]
+    assert values["daemonsets"]["tolerations"][0]["effect"] == "NoExecute"
