@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -688,7 +688,11 @@ def _feature_gates(r: _Reader, raw: Any) -> dict[str, bool]:
 
 
 def _control_plane(
-    r: _Reader, raw: Any, ssh_private_key: Any, nodes: Sequence[NodeConfig]
+    r: _Reader,
+    raw: Any,
+    ssh_private_key: Any,
+    nodes: Sequence[NodeConfig],
+    secret_keys: Collection[str] | None = None,
 ) -> ControlPlaneConfig:
     entry = r.obj("controlPlane", raw, _CONTROL_PLANE_FIELDS)
     default = ControlPlaneConfig()
@@ -720,6 +724,14 @@ def _control_plane(
             "sshPrivateKey",
             "[secret, not shown]",
             "expected a private key (-----BEGIN ... PRIVATE KEY-----)",
+        )
+    elif key_text and secret_keys is not None and "sshPrivateKey" not in secret_keys:
+        # Pulumi.yaml cannot declare it `secret: true`: the CLI then rejects every stack that
+        # leaves it unset (its "" default is plain text), including agent-only stacks.
+        r.problem(
+            "sshPrivateKey",
+            "[plain text, not shown]",
+            "must be stored encrypted: pulumi config set --secret gpu-cluster:sshPrivateKey < key",
         )
     if enabled:
         if not user:
@@ -981,10 +993,16 @@ def declared_keys(project_file: Path = PROJECT_FILE) -> Mapping[str, Mapping[str
     return cast(Mapping[str, Mapping[str, Any]], document.get("config") or {})
 
 
-def parse_stack_config(values: Mapping[str, Any], project_file: Path = PROJECT_FILE) -> StackConfig:
+def parse_stack_config(
+    values: Mapping[str, Any],
+    project_file: Path = PROJECT_FILE,
+    secret_keys: Collection[str] | None = None,
+) -> StackConfig:
     """Validate decoded config values ({key without namespace: value}).
 
-    Keys missing from `values` take their Pulumi.yaml default.
+    Keys missing from `values` take their Pulumi.yaml default. `secret_keys` (keys without
+    namespace that the stack stores encrypted) is checked when given: secrets set in plain text
+    are rejected.
     """
     declared = declared_keys(project_file)
     r = _Reader()
@@ -1008,7 +1026,9 @@ def parse_stack_config(values: Mapping[str, Any], project_file: Path = PROJECT_F
     gpu_operator = _gpu_operator(r, merged["gpuOperator"])
     monitoring = _monitoring(r, merged["monitoring"], merged["grafanaAdminPassword"])
     _one_dcgm_service_monitor(r, gpu_operator, monitoring)
-    control_plane = _control_plane(r, merged["controlPlane"], merged["sshPrivateKey"], nodes)
+    control_plane = _control_plane(
+        r, merged["controlPlane"], merged["sshPrivateKey"], nodes, secret_keys
+    )
     if r.problems:
         raise ConfigError(r.problems)
     return StackConfig(
@@ -1050,7 +1070,14 @@ def decode_raw_config(raw: Mapping[str, str], project_file: Path = PROJECT_FILE)
 
 def load_stack_config() -> StackConfig:
     """Read and validate the selected stack's config from the Pulumi runtime."""
-    from pulumi.runtime.config import CONFIG, get_config_env
+    from pulumi.runtime.config import (
+        CONFIG,
+        get_config_env,
+        get_config_secret_keys_env,
+        is_config_secret,
+    )
 
     raw = {**get_config_env(), **CONFIG.get()}
-    return parse_stack_config(decode_raw_config(raw))
+    secret = {k for k in raw if is_config_secret(k)} | set(get_config_secret_keys_env())
+    keys = {k.partition(":")[2] for k in secret if k.startswith(f"{PROJECT}:")}
+    return parse_stack_config(decode_raw_config(raw), secret_keys=keys)

@@ -22,6 +22,7 @@ import pytest
 from components import ControlPlaneFeatures, ControlPlaneFeaturesArgs, RemoteHost, SshAccess
 from components.control_plane_features import SCRIPT, host_command, script_sha256
 from components.hostscripts.kube_flags_edit import build_argv
+from stack_config import ConfigError
 from tests.conftest import ROOT, SECRET_SIG, Recording, Registration, register, run_program
 
 COMMAND = "command:remote:Command"
@@ -118,7 +119,11 @@ def test_control_plane_features_private_key_is_secret_in_every_input() -> None:
 
 
 @pytest.mark.usefixtures("empty_kubeconfig_env")
-def test_control_plane_features_key_from_config_never_reaches_plain_outputs() -> None:
+def test_control_plane_features_key_from_config_never_reaches_plain_outputs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # How the CLI tells the program which config values were stored with --secret.
+    monkeypatch.setenv("PULUMI_CONFIG_SECRET_KEYS", '["gpu-cluster:sshPrivateKey"]')
     recording = run_program(
         "prod",
         {
@@ -137,6 +142,18 @@ def test_control_plane_features_key_from_config_never_reaches_plain_outputs() ->
     assert {_connection(c)["host"] for c in commands} == {"172.20.0.11"}
     assert recording.outputs["controlPlaneHosts"] == ["cp-1.prod.internal"]
     assert "PRIVATE KEY" not in json.dumps(recording.outputs, default=str)
+
+
+@pytest.mark.usefixtures("empty_kubeconfig_env")
+def test_control_plane_features_refuses_a_key_stored_in_plain_text() -> None:
+    recording = Recording()
+    overrides = {
+        "sshPrivateKey": KEY,
+        "controlPlane": {"enabled": True, "user": "deploy", "hosts": ["cp-1.prod.internal"]},
+    }
+    with pytest.raises(ConfigError, match=r"sshPrivateKey: got '\[plain text, not shown\]'"):
+        run_program("prod", overrides, recording)
+    assert recording.resources == []
 
 
 def test_control_plane_features_without_key_uses_the_ssh_agent() -> None:

@@ -602,3 +602,21 @@ def test_config_rejects_a_second_dcgm_service_monitor() -> None:
         "gpu-cluster:gpuOperator.values.dcgmExporter.serviceMonitor.enabled: got True; "
         "MonitoringStack already creates the one ServiceMonitor for dcgm-exporter; leave this unset"
     ]
+
+
+def test_config_rejects_ssh_key_stored_in_plain_text() -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        parse_stack_config(
+            {
+                "nodes": _CP_NODES,
+                "sshPrivateKey": _CP_KEY,
+                "controlPlane": {"enabled": True, "user": "ops", "hosts": ["cp-1"]},
+            },
+            secret_keys=set(),
+        )
+    problems = [str(p) for p in excinfo.value.problems]
+    assert problems == [
+        "gpu-cluster:sshPrivateKey: got '[plain text, not shown]'; must be stored encrypted: "
+        "pulumi config set --secret gpu-cluster:sshPrivateKey < key"
+    ]
+    assert "PRIVATE KEY" not in str(excinfo.value)
