@@ -7,7 +7,7 @@ an invalid spec fails here instead of in a platform engineer's `pulumi up`.
 
 Objects that cannot be checked this way are listed (as a warning in pytest's summary) with
 the reason, never dropped silently: dynamic-provider resources (proven by
-test_node_providers_live.py), Helm releases (their charts come from a repository this test
+test_node_providers_live.py), other non-Kubernetes resources (remote commands), Helm releases (their charts come from a repository this test
 cannot reach) and kinds from CRDs the harness does not install.
 """
 
@@ -62,7 +62,10 @@ def _manifests(recording: Recording) -> tuple[list[Manifest], list[str]]:
         if reg.typ.startswith("pulumi-python:dynamic/"):
             skipped.append(f"{source}: dynamic provider, proven by test_node_providers_live.py")
             continue
-        if not reg.typ.startswith("kubernetes:") or reg.typ == "pulumi:providers:kubernetes":
+        if reg.typ.startswith(("gpu-cluster:index:", "pulumi:providers:")):
+            continue  # components and providers: groupings, nothing sent to the API server
+        if not reg.typ.startswith("kubernetes:"):
+            skipped.append(f"{source}: not a Kubernetes object")
             continue
         if reg.typ.startswith("kubernetes:helm.sh/"):
             skipped.append(f"{source}: Helm release, its chart repository is not reachable here")
