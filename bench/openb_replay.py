@@ -1,0 +1,712 @@
+"""Replay the openb GPU trace through the real kube-scheduler, default vs binpack profile.
+
+Every pod of the trace is created in a fresh harness control plane (etcd + kube-apiserver)
+with the trace's GPU nodes as fake, Ready Node objects, then kube-scheduler is started with
+one profile and the replay waits until each pod is bound or marked Unschedulable. Both
+profiles see the same nodes and the same pods in the same order (creation_time); both set
+percentageOfNodesToScore: 100 so every feasible node is scored.
+
+Mapping (issue 4): a pod requests num_gpu whole nvidia.com/gpu (a shared GPU, gpu_milli
+< 1000, rounds up to one, since the stack does not enable GPU sharing), and cpu_milli and
+memory_mib as cpu and memory requests. A node offers its cpu_milli, memory_mib, gpu and 110
+pods (the kubelet default), and carries the GPU pool's taint, which every pod tolerates (all
+trace nodes are GPU nodes, CPU-only pods included). No pod departs.
+
+Ordering: pods are created before the scheduler starts, named in trace order; the scheduler's
+first LIST returns them sorted by name, so its FIFO queue holds them in trace order. The
+scheduler's own log (-v=3, "Attempting to schedule pod") is checked for that order and the
+number of first attempts out of order is reported. With no departures, the pods bound before
+pod i are then exactly the bound pods that precede it in the trace, which is what the
+metrics use.
+
+    .venv/bin/python -m bench.openb_replay ../shared/traces/openb
+    .venv/bin/python -m bench.openb_replay ../shared/traces/openb --limit 500 --node-limit 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import http.client
+import json
+import re
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from components.binpack_scheduler import render_config  # noqa: E402
+from components.tainted_gpu_pool import Taint  # noqa: E402
+from stack_config import SchedulerConfig  # noqa: E402
+
+GPU = "nvidia.com/gpu"
+NODE_PODS = 110
+NAMESPACE = "openb"
+PROFILES = ("default", "binpack")
+GPU_COUNTS = (1, 2, 4, 8)
+DEFAULT_NODES_FILE = "openb_node_list_gpu_node.csv"
+DEFAULT_PODS_FILE = "openb_pod_list_default.csv"
+DEFAULT_CSV = REPO_ROOT / "bench" / "results" / "openb.csv"
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu")
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "creation_time")
+POOL_TAINT = Taint()
+CLIENT_QPS = 5000
+ATTEMPT = re.compile(r'"Attempting to schedule pod" pod="' + NAMESPACE + r"/p(\d+)-")
+
+
+class TraceError(ValueError):
+    """A trace file is missing a column or holds a value out of range."""
+
+
+# ------------------------------------------------------------------------------ trace
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceNode:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpus: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class TracePod:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpus: int
+    """Whole GPUs requested (shared GPUs rounded up to one)."""
+    creation_time: int
+    deletion_time: int | None = None
+
+
+def gpu_request(num_gpu: int, gpu_milli: int) -> int:
+    """Whole nvidia.com/gpu a trace pod asks for: num_gpu, and at least one if it shares one."""
+    if num_gpu == 0 and gpu_milli > 0:
+        return 1
+    return num_gpu
+
+
+def _int(path: Path, line: int, row: Mapping[str, str], column: str, low: int = 0) -> int:
+    raw = row.get(column)
+    try:
+        value = int(raw or "")
+    except ValueError:
+        value = low - 1
+    if value < low:
+        raise TraceError(
+            f"{path}:{line}: column {column!r} is {raw!r}; expected an integer >= {low}"
+        )
+    return value
+
+
+def _rows(path: Path, columns: Sequence[str]) -> Iterable[tuple[int, dict[str, str]]]:
+    try:
+        handle = path.open(newline="")
+    except OSError as exc:
+        raise TraceError(f"cannot read trace file {path}: {exc.strerror}") from exc
+    with handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in columns if c not in (reader.fieldnames or [])]
+        if missing:
+            raise TraceError(
+                f"{path}: missing column(s) {', '.join(missing)}; expected {', '.join(columns)}"
+            )
+        yield from enumerate(reader, start=2)
+
+
+def read_nodes(path: Path) -> list[TraceNode]:
+    """The node list, in file order."""
+    return [
+        TraceNode(
+            name=row["sn"],
+            cpu_milli=_int(path, line, row, "cpu_milli", 1),
+            memory_mib=_int(path, line, row, "memory_mib", 1),
+            gpus=_int(path, line, row, "gpu"),
+        )
+        for line, row in _rows(path, NODE_COLUMNS)
+    ]
+
+
+def read_pods(path: Path) -> list[TracePod]:
+    """The pod list in arrival order (creation_time, then file order)."""
+    pods = []
+    for line, row in _rows(path, POD_COLUMNS):
+        gpu_milli = _int(path, line, row, "gpu_milli")
+        if gpu_milli > 1000:
+            raise TraceError(
+                f"{path}:{line}: column 'gpu_milli' is {gpu_milli}; expected 0..1000 (per GPU)"
+            )
+        deletion = (row.get("deletion_time") or "").strip()
+        pods.append(
+            TracePod(
+                name=row["name"],
+                cpu_milli=_int(path, line, row, "cpu_milli"),
+                memory_mib=_int(path, line, row, "memory_mib"),
+                gpus=gpu_request(_int(path, line, row, "num_gpu"), gpu_milli),
+                creation_time=_int(path, line, row, "creation_time"),
+                deletion_time=_int(path, line, row, "deletion_time") if deletion else None,
+            )
+        )
+    return sorted(pods, key=lambda p: p.creation_time)  # stable: ties keep file order
+
+
+# ---------------------------------------------------------------------------- metrics
+
+
+@dataclass(frozen=True, kw_only=True)
+class Metrics:
+    profile: str
+    nodes: int
+    total_gpus: int
+    pods: int
+    bound: int
+    first_frag_index: int | None
+    """Trace position of the first GPU pod rejected although the free GPUs in total fit it."""
+    first_frag_gpus: int | None
+    alloc_at_first_frag: float | None
+    """Allocated / total GPUs just before that pod."""
+    alloc_at_first_gpu_only_frag: float | None
+    """The same for the first such pod that every node turned down for GPUs alone."""
+    final_alloc: float
+    rejected_by_gpus: Mapping[int, int]
+    """Rejected pods by whole GPUs requested (0 = CPU-only)."""
+    wall_s: float
+    out_of_order: int | None = None
+    """First scheduling attempts that came before an earlier trace pod's (-1: not checked)."""
+
+
+def compute_metrics(
+    profile: str,
+    nodes: Sequence[TraceNode],
+    pods: Sequence[TracePod],
+    placed: Sequence[str | None],
+    wall_s: float,
+    out_of_order: int | None = None,
+    messages: Sequence[str] | None = None,
+) -> Metrics:
+    """Metrics of one run; `placed[i]` is pod i's node, or None if it was rejected.
+
+    `messages[i]` is a rejected pod's Unschedulable message (see `only_gpu_short`).
+
+    Pods are taken in trace order and never leave, so the GPUs allocated when pod i was
+    decided are those of the bound pods before it.
+    """
+    if len(placed) != len(pods):
+        raise ValueError(f"{len(placed)} outcomes for {len(pods)} pods")
+    total = sum(n.gpus for n in nodes)
+    if total <= 0:
+        raise ValueError("the node list has no GPUs")
+    allocated = 0
+    first: tuple[int, int, float] | None = None
+    first_gpu_only: float | None = None
+    rejected: Counter[int] = Counter()
+    for index, (pod, node) in enumerate(zip(pods, placed, strict=True)):
+        if node is not None:
+            allocated += pod.gpus
+            continue
+        rejected[pod.gpus] += 1
+        if pod.gpus > 0 and total - allocated >= pod.gpus:
+            if first is None:
+                first = (index, pod.gpus, allocated / total)
+            if first_gpu_only is None and messages and only_gpu_short(messages[index]):
+                first_gpu_only = allocated / total
+    return Metrics(
+        profile=profile,
+        nodes=len(nodes),
+        total_gpus=total,
+        pods=len(pods),
+        bound=sum(1 for node in placed if node is not None),
+        first_frag_index=first[0] if first else None,
+        first_frag_gpus=first[1] if first else None,
+        alloc_at_first_frag=first[2] if first else None,
+        alloc_at_first_gpu_only_frag=first_gpu_only,
+        final_alloc=allocated / total,
+        rejected_by_gpus=dict(sorted(rejected.items())),
+        wall_s=wall_s,
+        out_of_order=out_of_order,
+    )
+
+
+def out_of_order_attempts(first_attempts: Sequence[int]) -> int:
+    """How many first attempts came after a later trace pod's first attempt."""
+    highest = -1
+    late = 0
+    for index in first_attempts:
+        if index < highest:
+            late += 1
+        highest = max(highest, index)
+    return late
+
+
+def first_attempts(log: str) -> list[int]:
+    """Trace positions in the order of their first "Attempting to schedule pod" log line."""
+    seen: set[int] = set()
+    order = []
+    for match in ATTEMPT.finditer(log):
+        index = int(match.group(1))
+        if index not in seen:
+            seen.add(index)
+            order.append(index)
+    return order
+
+
+CSV_FIELDS = (
+    "profile",
+    "percentage_of_nodes_to_score",
+    "nodes",
+    "total_gpus",
+    "pods",
+    "bound",
+    "first_frag_index",
+    "first_frag_gpus",
+    "alloc_at_first_frag",
+    "alloc_at_first_gpu_only_frag",
+    "final_alloc",
+    "rejected_0gpu",
+    *(f"rejected_{n}gpu" for n in GPU_COUNTS),
+    "rejected_other",
+    "out_of_order_attempts",
+    "wall_s",
+)
+
+
+def _ratio(value: float | None) -> str:
+    return "" if value is None else f"{value:.4f}"
+
+
+def csv_row(m: Metrics) -> dict[str, str]:
+    other = sum(c for g, c in m.rejected_by_gpus.items() if g not in (0, *GPU_COUNTS))
+    row = {
+        "profile": m.profile,
+        "percentage_of_nodes_to_score": "100",
+        "nodes": str(m.nodes),
+        "total_gpus": str(m.total_gpus),
+        "pods": str(m.pods),
+        "bound": str(m.bound),
+        "first_frag_index": "" if m.first_frag_index is None else str(m.first_frag_index),
+        "first_frag_gpus": "" if m.first_frag_gpus is None else str(m.first_frag_gpus),
+        "alloc_at_first_frag": _ratio(m.alloc_at_first_frag),
+        "alloc_at_first_gpu_only_frag": _ratio(m.alloc_at_first_gpu_only_frag),
+        "final_alloc": _ratio(m.final_alloc),
+        "rejected_0gpu": str(m.rejected_by_gpus.get(0, 0)),
+        **{f"rejected_{n}gpu": str(m.rejected_by_gpus.get(n, 0)) for n in GPU_COUNTS},
+        "rejected_other": str(other),
+        "out_of_order_attempts": "" if m.out_of_order is None else str(m.out_of_order),
+        "wall_s": f"{m.wall_s:.1f}",
+    }
+    return row
+
+
+def write_csv(path: Path, results: Sequence[Metrics]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        for m in results:
+            writer.writerow(csv_row(m))
+
+
+def format_table(results: Sequence[Metrics]) -> str:
+    """A Markdown table, one row per profile."""
+    head = (
+        "| profile | alloc. at first frag. rejection (pod #, GPUs) "
+        "| same, GPUs the only shortage | final alloc. "
+        "| rejected 1/2/4/8-GPU | rejected CPU-only | bound / pods | wall s |"
+    )
+    lines = [head, "|---|---|---|---|---|---|---|---|"]
+    for m in results:
+        if m.alloc_at_first_frag is None:
+            frag = "none"
+        else:
+            frag = f"{m.alloc_at_first_frag:.1%} (#{m.first_frag_index}, {m.first_frag_gpus})"
+        gpu_only = (
+            "none"
+            if m.alloc_at_first_gpu_only_frag is None
+            else f"{m.alloc_at_first_gpu_only_frag:.1%}"
+        )
+        by_gpus = "/".join(str(m.rejected_by_gpus.get(n, 0)) for n in GPU_COUNTS)
+        lines.append(
+            f"| {m.profile} | {frag} | {gpu_only} | {m.final_alloc:.1%} | {by_gpus} "
+            f"| {m.rejected_by_gpus.get(0, 0)} | {m.bound} / {m.pods} | {m.wall_s:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------- cluster objects
+
+
+def scheduler_config(profile: str, kubeconfig: str) -> tuple[str, dict[str, Any]]:
+    """(schedulerName, KubeSchedulerConfiguration) for `profile`, scoring every node."""
+    if profile == "binpack":
+        stack_profile = replace(
+            SchedulerConfig().profile, percentage_of_nodes_to_score=100, leader_elect=False
+        )
+        config = render_config(stack_profile, kubeconfig=kubeconfig)
+        name = stack_profile.scheduler_name
+    elif profile == "default":
+        name = "default-scheduler"
+        config = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "leaderElection": {"leaderElect": False},
+            "clientConnection": {"kubeconfig": kubeconfig},
+            "profiles": [{"schedulerName": name, "percentageOfNodesToScore": 100}],
+        }
+    else:
+        raise ValueError(f"profile {profile!r}: expected one of {', '.join(PROFILES)}")
+    # Same client rate for both: the replay measures scoring, not client-side throttling.
+    config["clientConnection"].update(qps=CLIENT_QPS, burst=CLIENT_QPS)
+    return name, config
+
+
+def pod_name(index: int, pod: TracePod) -> str:
+    return f"p{index:05d}-{pod.name}"
+
+
+def node_capacity(node: TraceNode) -> dict[str, str]:
+    return {
+        "cpu": f"{node.cpu_milli}m",
+        "memory": f"{node.memory_mib}Mi",
+        GPU: str(node.gpus),
+        "pods": str(NODE_PODS),
+    }
+
+
+def pod_object(index: int, pod: TracePod, scheduler_name: str) -> dict[str, Any]:
+    requests = {"cpu": f"{pod.cpu_milli}m", "memory": f"{pod.memory_mib}Mi"}
+    limits = {}
+    if pod.gpus:
+        # Extended resources cannot be overcommitted: limits must equal requests.
+        requests[GPU] = limits[GPU] = str(pod.gpus)
+    return {
+        "metadata": {"name": pod_name(index, pod), "labels": {"trace": "openb"}},
+        "spec": {
+            "schedulerName": scheduler_name,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "tolerations": [POOL_TAINT.toleration()],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.invalid/trace:1",
+                    "resources": {"requests": requests, "limits": limits},
+                }
+            ],
+        },
+    }
+
+
+def decision(pod: Mapping[str, Any]) -> tuple[bool, str | None, str]:
+    """(decided, node, message) for a pod object.
+
+    Bound: (True, node, ""). Marked Unschedulable: (True, None, the condition's message).
+    """
+    node = pod.get("spec", {}).get("nodeName")
+    if node:
+        return True, str(node), ""
+    for cond in pod.get("status", {}).get("conditions") or []:
+        if (cond.get("type"), cond.get("status"), cond.get("reason")) == (
+            "PodScheduled",
+            "False",
+            "Unschedulable",
+        ):
+            return True, None, str(cond.get("message", ""))
+    return False, None, ""
+
+
+_FIT_REASONS = re.compile(r"nodes are available: (?P<reasons>.*?)\.(?: |$)")
+
+
+def only_gpu_short(message: str) -> bool:
+    """Whether every node failed the pod for nvidia.com/gpu alone (not cpu, memory, pods).
+
+    Parses "0/3 nodes are available: 2 Insufficient nvidia.com/gpu, 1 Insufficient cpu.
+    preemption: ...", the message kube-scheduler puts on the PodScheduled condition.
+    """
+    match = _FIT_REASONS.search(message)
+    if match is None:
+        return False
+    reasons = [r.strip().split(" ", 1) for r in match["reasons"].split(",")]
+    return bool(reasons) and all(r[-1] == f"Insufficient {GPU}" for r in reasons)
+
+
+# ------------------------------------------------------------------------ live replay
+
+
+class _Api:
+    """JSON over keep-alive HTTPS connections, one per thread (the admin credentials)."""
+
+    def __init__(self, server: str, context: Any) -> None:
+        url = urlparse(server)
+        self.host, self.port = url.hostname or "127.0.0.1", url.port or 443
+        self.context = context
+        self._local = threading.local()
+
+    def _connection(self) -> http.client.HTTPSConnection:
+        conn: http.client.HTTPSConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = http.client.HTTPSConnection(self.host, self.port, context=self.context)
+            self._local.conn = conn
+        return conn
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = (
+                "application/merge-patch+json" if method == "PATCH" else "application/json"
+            )
+        for attempt in range(3):
+            conn = self._connection()
+            try:
+                conn.request(method, path, body=data, headers=headers)
+                resp = conn.getresponse()
+                raw = resp.read()
+            except (http.client.HTTPException, OSError):
+                conn.close()
+                self._local.conn = None
+                if attempt == 2:
+                    raise
+                continue
+            if resp.status >= 300:
+                raise RuntimeError(f"{method} {path}: HTTP {resp.status}: {raw[:500]!r}")
+            return json.loads(raw) if raw else None
+        raise AssertionError("unreachable")
+
+    def watch(
+        self, path: str, resource_version: str, on_object: Callable[[dict[str, Any]], bool]
+    ) -> bool:
+        """Feed watch events' objects to `on_object` until it returns True (then True).
+
+        False when the server ends the stream: the API server drops a watcher that falls
+        behind a burst; resume from the last object's resourceVersion. Raises
+        `WatchExpired` when that version is too old.
+        """
+        conn = http.client.HTTPSConnection(self.host, self.port, context=self.context)
+        try:
+            conn.request(
+                "GET",
+                f"{path}?watch=1&resourceVersion={resource_version}"
+                "&allowWatchBookmarks=true&timeoutSeconds=3600",
+                headers={"Accept": "application/json"},
+            )
+            resp = conn.getresponse()
+            if resp.status == 410:
+                raise WatchExpired(resource_version)
+            if resp.status != 200:
+                raise RuntimeError(f"watch {path}: HTTP {resp.status}: {resp.read()[:500]!r}")
+            # One JSON event per line; HTTPResponse.readline can stop early on chunked bodies.
+            buffer = b""
+            while chunk := resp.read1(1 << 16):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event["type"] == "ERROR":
+                        if event["object"].get("code") == 410:
+                            raise WatchExpired(resource_version)
+                        raise RuntimeError(f"watch {path}: {event['object']}")
+                    if on_object(event["object"]):
+                        return True
+            return False
+        except (http.client.HTTPException, OSError):
+            return False
+        finally:
+            conn.close()
+
+
+class WatchExpired(RuntimeError):
+    """The watch's resourceVersion is no longer available (HTTP 410): list again."""
+
+
+def follow(api: _Api, path: str, on_object: Callable[[dict[str, Any]], bool]) -> None:
+    """List and watch `path` until `on_object` returns True, resuming dropped watches.
+
+    `on_object` sees every object in the list and then every watched change; bookmarks
+    only move the resume point.
+    """
+    version = ""
+    while True:
+        if not version:
+            listed = api.request("GET", path)
+            version = listed["metadata"]["resourceVersion"]
+            if any(on_object(item) for item in listed["items"]):
+                return
+
+        def seen(obj: dict[str, Any]) -> bool:
+            nonlocal version
+            version = obj["metadata"]["resourceVersion"]
+            # A bookmark carries only a resourceVersion.
+            return "name" in obj["metadata"] and on_object(obj)
+
+        try:
+            if api.watch(path, version, seen):
+                return
+        except WatchExpired:
+            version = ""
+
+
+def _parallel(threads: int, work: Callable[[Any], None], items: Sequence[Any]) -> None:
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for _ in pool.map(work, items):
+            pass
+
+
+def replay(
+    profile: str,
+    nodes: Sequence[TraceNode],
+    pods: Sequence[TracePod],
+    *,
+    threads: int = 16,
+    timeout: float = 1800.0,
+    log: Callable[[str], None] = print,
+) -> Metrics:
+    """One run in a fresh control plane: create nodes and pods, start the scheduler, wait."""
+    from tools.harness import LocalControlPlane
+
+    with LocalControlPlane() as cp:
+        api = _Api(cp.server, cp.ssl_context())
+        scheduler_name, config = scheduler_config(profile, str(cp.kubeconfig_path))
+        started = time.monotonic()
+
+        def create_node(node: TraceNode) -> None:
+            api.request("POST", "/api/v1/nodes", {"metadata": {"name": node.name}})
+            # TaintNodesByCondition adds node.kubernetes.io/not-ready on create; no
+            # lifecycle controller runs to lift it, so the taints are set to the pool's.
+            api.request(
+                "PATCH", f"/api/v1/nodes/{node.name}", {"spec": {"taints": [POOL_TAINT.as_dict()]}}
+            )
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            capacity = node_capacity(node)
+            status = {
+                "capacity": capacity,
+                "allocatable": capacity,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "lastHeartbeatTime": now,
+                        "lastTransitionTime": now,
+                    }
+                ],
+            }
+            api.request("PATCH", f"/api/v1/nodes/{node.name}/status", {"status": status})
+
+        cp.create_namespace(NAMESPACE)
+        _parallel(threads, create_node, nodes)
+        _parallel(
+            threads,
+            lambda item: api.request(
+                "POST",
+                f"/api/v1/namespaces/{NAMESPACE}/pods",
+                pod_object(item[0], item[1], scheduler_name),
+            ),
+            list(enumerate(pods)),
+        )
+        log(
+            f"[{profile}] {len(nodes)} nodes and {len(pods)} pods created in "
+            f"{time.monotonic() - started:.0f} s; starting kube-scheduler"
+        )
+
+        index_of = {pod_name(i, p): i for i, p in enumerate(pods)}
+        placed: list[str | None] = [None] * len(pods)
+        messages = [""] * len(pods)
+        decided = [False] * len(pods)
+        remaining = [len(pods)]
+        failure: list[BaseException] = []
+        done = threading.Event()
+
+        def on_pod(obj: dict[str, Any]) -> bool:
+            index = index_of.get(obj["metadata"]["name"])
+            if index is None:
+                return False
+            is_decided, node, message = decision(obj)
+            if is_decided:
+                if not decided[index]:
+                    decided[index] = True
+                    remaining[0] -= 1
+                placed[index] = node or placed[index]
+                messages[index] = message or messages[index]
+            return remaining[0] == 0
+
+        def watch() -> None:
+            try:
+                follow(api, f"/api/v1/namespaces/{NAMESPACE}/pods", on_pod)
+            except BaseException as exc:
+                failure.append(exc)
+            finally:
+                done.set()
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        begin = time.monotonic()
+        with cp.start_scheduler(
+            yaml.safe_dump(config, sort_keys=False), extra_flags=["--v=3"], timeout=120
+        ) as scheduler:
+            while not done.wait(10):
+                log(f"[{profile}] {len(pods) - remaining[0]}/{len(pods)} decided")
+                if not scheduler.running():
+                    raise RuntimeError(f"kube-scheduler exited\n{scheduler.tail()}")
+                if time.monotonic() - begin > timeout:
+                    raise TimeoutError(f"{remaining[0]} pods undecided after {timeout:.0f} s")
+            wall = time.monotonic() - begin
+            if failure:
+                raise failure[0]
+            attempts = first_attempts(scheduler.log())
+        log(f"[{profile}] every pod decided in {wall:.1f} s")
+        late = out_of_order_attempts(attempts) if len(attempts) == len(pods) else None
+        return compute_metrics(profile, nodes, pods, placed, wall, late, messages)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("trace", type=Path, help="trace directory (e.g. ../shared/traces/openb)")
+    parser.add_argument("--pods-file", default=DEFAULT_PODS_FILE, help="pod list in trace")
+    parser.add_argument("--nodes-file", default=DEFAULT_NODES_FILE, help="node list in trace")
+    parser.add_argument("--csv", type=Path, default=DEFAULT_CSV, help="CSV to write")
+    parser.add_argument("--limit", type=int, help="replay only the first N pods")
+    parser.add_argument("--node-limit", type=int, help="use only the first N nodes")
+    parser.add_argument(
+        "--profiles", default=",".join(PROFILES), help="comma-separated: default,binpack"
+    )
+    parser.add_argument("--threads", type=int, default=16, help="parallel object creation")
+    args = parser.parse_args(argv)
+    profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
+    unknown = [p for p in profiles if p not in PROFILES]
+    if unknown or not profiles:
+        parser.error(f"--profiles {args.profiles!r}: expected some of {', '.join(PROFILES)}")
+    for flag, value in (("--limit", args.limit), ("--node-limit", args.node_limit)):
+        if value is not None and value < 1:
+            parser.error(f"{flag} {value}: expected an integer >= 1")
+    try:
+        nodes = read_nodes(args.trace / args.nodes_file)[: args.node_limit]
+        pods = read_pods(args.trace / args.pods_file)[: args.limit]
+    except TraceError as exc:
+        parser.error(str(exc))
+    results = [replay(profile, nodes, pods, threads=args.threads) for profile in profiles]
+    print()
+    print(format_table(results))
+    write_csv(args.csv, results)
+    print(f"\nwrote {args.csv}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""bench/openb_replay.py: trace parsing, the GPU mapping and the metrics, on hand-made rows.
+
+The replay itself needs the built control plane and takes minutes; it is run by hand
+(bench/README.md), not here.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.openb_replay import (
+    GPU,
+    TraceError,
+    TraceNode,
+    TracePod,
+    WatchExpired,
+    compute_metrics,
+    csv_row,
+    first_attempts,
+    follow,
+    format_table,
+    gpu_request,
+    only_gpu_short,
+    out_of_order_attempts,
+    pod_object,
+    read_nodes,
+    read_pods,
+    scheduler_config,
+    write_csv,
+)
+
+POD_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    "creation_time,deletion_time,scheduled_time"
+)
+
+
+def _make_pods(tmp_path: Path, *rows: str) -> Path:
+    path = tmp_path / "pods.csv"
+    path.write_text("\n".join((POD_HEADER, *rows)) + "\n")
+    return path
+
+
+def _pod(gpus: int, name: str = "p") -> TracePod:
+    return TracePod(name=name, cpu_milli=1000, memory_mib=1024, gpus=gpus, creation_time=0)
+
+
+def _nodes(*gpus: int) -> list[TraceNode]:
+    return [
+        TraceNode(name=f"n{i}", cpu_milli=8000, memory_mib=16384, gpus=g)
+        for i, g in enumerate(gpus)
+    ]
+
+
+def test_openb_gpu_request_rounds_a_shared_gpu_up_to_one() -> None:
+    assert gpu_request(1, 460) == 1
+    assert gpu_request(1, 1000) == 1
+    assert gpu_request(8, 1000) == 8
+    assert gpu_request(0, 0) == 0
+    assert gpu_request(0, 250) == 1
+
+
+def test_openb_read_pods_orders_by_creation_time_keeping_file_order_on_ties(
+    tmp_path: Path,
+) -> None:
+    path = _make_pods(
+        tmp_path,
+        "late,4000,8192,2,1000,,LS,Running,50,90,50",
+        "shared,6000,12288,1,460,,LS,Running,10,,10",
+        "cpu,88000,65536,0,0,,BE,Failed,10,20,10",
+    )
+    pods = read_pods(path)
+    assert [p.name for p in pods] == ["shared", "cpu", "late"]
+    assert pods[0] == TracePod(
+        name="shared",
+        cpu_milli=6000,
+        memory_mib=12288,
+        gpus=1,
+        creation_time=10,
+        deletion_time=None,
+    )
+    assert (pods[1].gpus, pods[2].gpus, pods[2].deletion_time) == (0, 2, 90)
+
+
+def test_openb_read_pods_names_file_line_column_and_value(tmp_path: Path) -> None:
+    path = _make_pods(tmp_path, "ok,1000,1024,1,1000,,LS,Running,0,,0", "bad,1000,1024,x,0,,,,1,,1")
+    with pytest.raises(TraceError, match=r"pods\.csv:3: column 'num_gpu' is 'x'; expected an int"):
+        read_pods(path)
+
+
+def test_openb_read_pods_rejects_gpu_milli_above_one_gpu(tmp_path: Path) -> None:
+    path = _make_pods(tmp_path, "big,1000,1024,1,1500,,LS,Running,0,,0")
+    with pytest.raises(TraceError, match=r"'gpu_milli' is 1500; expected 0..1000"):
+        read_pods(path)
+
+
+def test_openb_read_nodes_reports_missing_columns(tmp_path: Path) -> None:
+    path = tmp_path / "nodes.csv"
+    path.write_text("sn,cpu_milli,memory_mib,model\nn0,64000,262144,P100\n")
+    with pytest.raises(TraceError, match=r"missing column\(s\) gpu"):
+        read_nodes(path)
+    path.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,P100\n")
+    assert read_nodes(path) == [TraceNode(name="n0", cpu_milli=64000, memory_mib=262144, gpus=2)]
+
+
+def test_openb_metrics_first_fragmentation_rejection_is_when_free_gpus_would_fit() -> None:
+    # Two 4-GPU nodes spread 3+3: the 2-GPU pod is rejected with 2 GPUs free in total.
+    pods = [*(_pod(1) for _ in range(6)), _pod(8), _pod(2), _pod(0), _pod(1)]
+    placed: list[str | None] = ["a", "b", "a", "b", "a", "b", None, None, None, "a"]
+    m = compute_metrics("default", _nodes(4, 4), pods, placed, wall_s=1.5)
+    # The 8-GPU pod (#6) could not fit in 2 free GPUs anyway: not fragmentation.
+    assert (m.first_frag_index, m.first_frag_gpus, m.alloc_at_first_frag) == (7, 2, 0.75)
+    assert m.final_alloc == 7 / 8
+    assert m.rejected_by_gpus == {0: 1, 2: 1, 8: 1}
+    assert (m.bound, m.pods, m.total_gpus) == (7, 10, 8)
+
+
+def test_openb_metrics_without_fragmentation_have_no_first_rejection() -> None:
+    m = compute_metrics("binpack", _nodes(2), [_pod(2), _pod(1)], ["a", None], wall_s=0.1)
+    assert m.first_frag_index is None and m.alloc_at_first_frag is None
+    assert m.final_alloc == 1.0
+    assert m.rejected_by_gpus == {1: 1}
+
+
+GPU_ONLY = (
+    f"0/2 nodes are available: 2 Insufficient {GPU}. no new claims to deallocate, "
+    "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
+)
+CPU_TOO = f"0/2 nodes are available: 1 Insufficient cpu, 2 Insufficient {GPU}. preemption: x"
+
+
+def test_openb_only_gpu_short_reads_the_unschedulable_message() -> None:
+    assert only_gpu_short(GPU_ONLY)
+    assert not only_gpu_short(CPU_TOO)
+    assert not only_gpu_short("")
+
+
+def test_openb_metrics_gpu_only_fragmentation_skips_pods_short_of_cpu() -> None:
+    pods = [_pod(1), _pod(1), _pod(1), _pod(1)]
+    placed: list[str | None] = ["a", None, "b", None]
+    messages = ["", CPU_TOO, "", GPU_ONLY]
+    m = compute_metrics("p", _nodes(2, 2), pods, placed, 1.0, messages=messages)
+    assert m.alloc_at_first_frag == 0.25
+    assert m.alloc_at_first_gpu_only_frag == 0.5
+
+
+def test_openb_first_attempts_counts_out_of_order_scheduling() -> None:
+    log = "\n".join(
+        f'I1122 x schedule_one.go:1] "Attempting to schedule pod" pod="openb/p{i:05d}-openb-pod-{i}"'
+        for i in (0, 1, 3, 2, 3, 4)
+    )
+    attempts = first_attempts(log)
+    assert attempts == [0, 1, 3, 2, 4]
+    assert out_of_order_attempts(attempts) == 1
+    assert out_of_order_attempts([0, 1, 2]) == 0
+
+
+def test_openb_pod_object_requests_whole_gpus_and_tolerates_the_pool() -> None:
+    pod: dict[str, Any] = pod_object(7, _pod(2, "openb-pod-0007"), "gpu-binpack-scheduler")
+    (container,) = pod["spec"]["containers"]
+    assert pod["metadata"]["name"] == "p00007-openb-pod-0007"
+    assert pod["spec"]["schedulerName"] == "gpu-binpack-scheduler"
+    assert container["resources"] == {
+        "requests": {"cpu": "1000m", "memory": "1024Mi", GPU: "2"},
+        "limits": {GPU: "2"},
+    }
+    assert pod["spec"]["tolerations"] == [
+        {"key": GPU, "operator": "Equal", "value": "present", "effect": "NoSchedule"}
+    ]
+    cpu_only = pod_object(0, _pod(0), "default-scheduler")["spec"]["containers"][0]
+    assert GPU not in cpu_only["resources"]["requests"]
+
+
+def test_openb_scheduler_config_scores_every_node_in_both_profiles() -> None:
+    default_name, default = scheduler_config("default", "/kc")
+    binpack_name, binpack = scheduler_config("binpack", "/kc")
+    assert (default_name, binpack_name) == ("default-scheduler", "gpu-binpack-scheduler")
+    for config in (default, binpack):
+        (profile,) = config["profiles"]
+        assert profile["percentageOfNodesToScore"] == 100
+        assert config["leaderElection"]["leaderElect"] is False
+    assert default["clientConnection"] == binpack["clientConnection"]
+    assert "pluginConfig" not in default["profiles"][0]
+    strategy = binpack["profiles"][0]["pluginConfig"][0]["args"]["scoringStrategy"]
+    assert strategy["type"] == "RequestedToCapacityRatio"
+    with pytest.raises(ValueError, match="profile 'spread': expected one of default, binpack"):
+        scheduler_config("spread", "/kc")
+
+
+def test_openb_results_go_to_csv_and_table(tmp_path: Path) -> None:
+    m = compute_metrics("default", _nodes(4), [_pod(4), _pod(1)], ["a", None], wall_s=12.34)
+    out = tmp_path / "results" / "openb.csv"
+    write_csv(out, [m])
+    (row,) = list(csv.DictReader(out.open()))
+    assert row == csv_row(m)
+    assert (row["final_alloc"], row["rejected_1gpu"], row["wall_s"]) == ("1.0000", "1", "12.3")
+    table = format_table([m])
+    assert "| default | none | none | 100.0% | 1/0/0/0 | 0 | 1 / 2 | 12 |" in table
+
+
+class _FakeApi:
+    """Stands in for the API server: scripted lists and watch streams (dropped or expired)."""
+
+    def __init__(self, lists: list[list[str]], streams: list[list[str] | Exception]) -> None:
+        self.lists = lists
+        self.streams = streams
+        self.watched_from: list[str] = []
+        self.version = 100
+
+    def _obj(self, name: str) -> dict[str, Any]:
+        self.version += 1
+        if not name:
+            return {"metadata": {"resourceVersion": str(self.version)}}  # a bookmark
+        return {"metadata": {"name": name, "resourceVersion": str(self.version)}}
+
+    def request(self, method: str, path: str) -> dict[str, Any]:
+        items = [self._obj(name) for name in self.lists.pop(0)]
+        return {"metadata": {"resourceVersion": str(self.version)}, "items": items}
+
+    def watch(self, path: str, version: str, on_object: Any) -> bool:
+        self.watched_from.append(version)
+        stream = self.streams.pop(0)
+        if isinstance(stream, Exception):
+            raise stream
+        return any(on_object(self._obj(name)) for name in stream)
+
+
+def test_openb_follow_resumes_a_dropped_watch_and_relists_when_expired() -> None:
+    api = _FakeApi(
+        lists=[["a"], ["a", "b", "c"]],
+        streams=[["b", ""], [], WatchExpired("104"), ["d"]],
+    )
+    seen: list[str] = []
+
+    def on_object(obj: dict[str, Any]) -> bool:
+        seen.append(obj["metadata"]["name"])
+        return obj["metadata"]["name"] == "d"
+
+    follow(api, "/pods", on_object)  # type: ignore[arg-type]
+    # Resumes from the bookmark's version after the drop, lists again after the 410.
+    assert api.watched_from == ["101", "103", "103", "106"]
+    assert seen == ["a", "b", "a", "b", "c", "d"]
