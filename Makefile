@@ -4,12 +4,13 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help venv tools tools-if-available lint test test-fast preview-dev clean
+.PHONY: help venv tools pulumi-tools tools-if-available lint test test-fast preview-dev clean
 
 help:
 	@echo "make test         set up .venv, build the pinned tools, lint (ruff, mypy), run every test"
 	@echo "make test-fast    lint and run the tests that need no built tools"
 	@echo "make tools        build etcd, kube-apiserver, kube-scheduler and OPA into .tools/bin"
+	@echo "make pulumi-tools build the Pulumi CLI and the Python plugin scripts into .tools/bin"
 	@echo "make preview-dev  pulumi preview --stack dev (needs the Pulumi CLI and a kubeconfig)"
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
@@ -23,6 +24,9 @@ venv: $(BIN)/.installed
 
 tools:
 	@bash tools/build-tools.sh
+
+pulumi-tools:
+	@bash tools/build-pulumi.sh
 
 # Without Go (a laptop) the integration tests skip with a reason; under CI=true they must run.
 tools-if-available:

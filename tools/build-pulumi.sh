@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# Build the Pulumi CLI and the plugins the stack runs with, from pinned modules
+# fetched through the Go module proxy (same conventions as build-tools.sh):
+#
+#   pulumi                          github.com/pulumi/pulumi/pkg/v3/cmd/pulumi  v3.259.0  (tools/go/pulumi)
+#   pulumi-language-python-exec     sdk/v3 python/cmd/ script                   v3.272.0  (tools/go/pulumi-python)
+#   pulumi-resource-pulumi-python   sdk/v3 python/dist/ launcher                v3.272.0  (tools/go/pulumi-python)
+#
+# requirements.txt pins pulumi 3.272.0, pulumi-kubernetes 4.34.2,
+# pulumi-command 1.2.1 and pulumi-tls 5.6.2. The module proxy refuses
+# ("403 Forbidden: This module version is not available") the modules below,
+# so they are not built; asking for one fails with that reason:
+#
+#   pulumi (at v3.272.0)        github.com/pulumi/pulumi/pkg/v3 v3.261.0..v3.274.1
+#                               (v3.260.0: .info/.mod only, zip refused), and commit queries
+#   pulumi-language-python      github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3 (any version)
+#   pulumi-resource-kubernetes  github.com/pulumi/pulumi-kubernetes/provider/v4 (any version)
+#   pulumi-resource-command     github.com/pulumi/pulumi-command/provider (any version or commit)
+#   pulumi-resource-tls         github.com/pulumi/pulumi-tls/provider/v5 (any version)
+#
+# Binaries go to <repo>/.tools/bin (git-ignored), or to $GPU_CLUSTER_TOOLS_BIN.
+# A tool is rebuilt only when its stamp (.tools/bin/.<tool>.stamp) changes or
+# the output is missing, so a second run is a no-op.
+#
+# Usage: tools/build-pulumi.sh [tool...]   (default: the three above)
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+go_dir="${repo_root}/tools/go"
+bin_dir="${GPU_CLUSTER_TOOLS_BIN:-${repo_root}/.tools/bin}"
+
+# Same Go environment as build-tools.sh: modules only from the proxy, checksums
+# verified against sum.golang.org's key through the proxy's sumdb mirror, the
+# local toolchain, go.mod/go.sum as committed, static binaries.
+export GOPROXY="${GOPROXY:-https://proxy.golang.org}"
+export GOSUMDB="${GOSUMDB:-sum.golang.org https://proxy.golang.org/sumdb/sum.golang.org}"
+export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
+export GOFLAGS="-mod=readonly -buildvcs=false"
+export CGO_ENABLED=0
+
+mkdir -p "${bin_dir}"
+
+go_version="$(go env GOVERSION)"
+
+# Pulumi CLI release built: the newest pkg/v3 release the proxy serves, not the
+# v3.272.0 of requirements.txt (see above).
+pulumi_cli_version=v3.259.0
+# Pulumi Python SDK release whose scripts are installed (= requirements.txt).
+pulumi_python_version=v3.272.0
+
+# sha256 over the files that define a wrapper module's build.
+module_hash() {
+  local dir="$1"
+  (cd "${dir}" && find . -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) -print0 \
+    | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+}
+
+up_to_date() {
+  local out="$1" stamp_file="$2" stamp="$3"
+  [[ -x "${out}" && -f "${stamp_file}" && "$(cat "${stamp_file}")" == "${stamp}" ]]
+}
+
+# build <tool> <version> <module dir> <package> <ldflags>
+build() {
+  local tool="$1" version="$2" dir="$3" pkg="$4" ldflags="$5"
+  local out="${bin_dir}/${tool}" stamp_file="${bin_dir}/.${tool}.stamp"
+  local stamp
+  stamp="$(printf '%s\n' \
+    "tool=${tool}" "version=${version}" "package=${pkg}" "go=${go_version}" \
+    "goos=$(go env GOOS)" "goarch=$(go env GOARCH)" "cgo=${CGO_ENABLED}" \
+    "goflags=${GOFLAGS}" "flags=-trimpath" "ldflags=${ldflags}" \
+    "module=$(module_hash "${dir}")")"
+
+  if up_to_date "${out}" "${stamp_file}" "${stamp}"; then
+    echo "${tool} ${version} up to date"
+    return 0
+  fi
+
+  echo "building ${tool} ${version} ..."
+  local start=${SECONDS}
+  rm -f "${stamp_file}"
+  (cd "${dir}" && nice -n 10 go build -trimpath -ldflags "${ldflags}" -o "${out}.tmp" "${pkg}")
+  mv -f "${out}.tmp" "${out}"
+  printf '%s\n' "${stamp}" >"${stamp_file}"
+  echo "built ${tool} in $((SECONDS - start)) s"
+}
+
+# install_script <tool> <version> <module dir> <module path> <file in module>
+# Copies a script shipped in a pinned module's zip (checked against go.sum).
+install_script() {
+  local tool="$1" version="$2" dir="$3" module="$4" file="$5"
+  local out="${bin_dir}/${tool}" stamp_file="${bin_dir}/.${tool}.stamp"
+  local start=${SECONDS} mod_dir src stamp
+  mod_dir="$(cd "${dir}" && go mod download -json "${module}" \
+    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  src="${mod_dir}/${file}"
+  if [[ ! -f "${src}" ]]; then
+    echo "error: ${tool}: ${file} not found in ${module} (${mod_dir})" >&2
+    exit 1
+  fi
+  stamp="$(printf '%s\n' "tool=${tool}" "version=${version}" "module=${module}" \
+    "file=${file}" "sha256=$(sha256sum "${src}" | cut -d' ' -f1)")"
+
+  if up_to_date "${out}" "${stamp_file}" "${stamp}"; then
+    echo "${tool} ${version} up to date"
+    return 0
+  fi
+  echo "installing ${tool} ${version} ..."
+  rm -f "${stamp_file}"
+  install -m 0755 "${src}" "${out}"
+  printf '%s\n' "${stamp}" >"${stamp_file}"
+  echo "installed ${tool} in $((SECONDS - start)) s"
+}
+
+build_pulumi() {
+  build pulumi "${pulumi_cli_version}" "${go_dir}/pulumi" \
+    github.com/pulumi/pulumi/pkg/v3/cmd/pulumi \
+    "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=${pulumi_cli_version}"
+}
+
+install_language_python_exec() {
+  install_script pulumi-language-python-exec "${pulumi_python_version}" "${go_dir}/pulumi-python" \
+    github.com/pulumi/pulumi/sdk/v3 python/cmd/pulumi-language-python-exec
+}
+
+install_resource_pulumi_python() {
+  install_script pulumi-resource-pulumi-python "${pulumi_python_version}" "${go_dir}/pulumi-python" \
+    github.com/pulumi/pulumi/sdk/v3 python/dist/pulumi-resource-pulumi-python
+}
+
+unavailable() {
+  echo "error: $1 cannot be built here: the Go module proxy answers" \
+    "'403 Forbidden: This module version is not available' for $2" \
+    "(see tools/README.md, 'Pulumi CLI and plugins')" >&2
+  exit 3
+}
+
+tools=("$@")
+if [[ ${#tools[@]} -eq 0 ]]; then
+  tools=(pulumi pulumi-language-python-exec pulumi-resource-pulumi-python)
+fi
+
+for tool in "${tools[@]}"; do
+  case "${tool}" in
+    pulumi) build_pulumi ;;
+    pulumi-language-python-exec) install_language_python_exec ;;
+    pulumi-resource-pulumi-python) install_resource_pulumi_python ;;
+    pulumi-language-python)
+      unavailable "${tool}" "github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3 (every version and commit)" ;;
+    pulumi-resource-kubernetes)
+      unavailable "${tool}" "github.com/pulumi/pulumi-kubernetes/provider/v4 (every version, v4.34.2 included)" ;;
+    pulumi-resource-command)
+      unavailable "${tool}" "github.com/pulumi/pulumi-command/provider (every version and commit)" ;;
+    pulumi-resource-tls)
+      unavailable "${tool}" "github.com/pulumi/pulumi-tls/provider/v5 (every version, v5.6.2 included)" ;;
+    *)
+      echo "unknown tool: ${tool} (known: pulumi pulumi-language-python-exec pulumi-resource-pulumi-python)" >&2
+      exit 2 ;;
+  esac
+done
+echo "pulumi tools in ${bin_dir}"
