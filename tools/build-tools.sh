@@ -5,6 +5,10 @@
 #   etcd            go.etcd.io/etcd/server/v3             v3.6.16  (tools/go/etcd)
 #   kube-apiserver  k8s.io/kubernetes/cmd/kube-apiserver  v1.34.4  (tools/go/kubernetes)
 #   kube-scheduler  k8s.io/kubernetes/cmd/kube-scheduler  v1.34.4  (tools/go/kubernetes)
+#   promtool        github.com/prometheus/prometheus/cmd/promtool  v0.315.0 = Prometheus 3.15.0
+#                   (tools/go/promtool; checks and unit-tests the GPU alert rules)
+#   promql-metrics  tools/go/promtool/cmd/promql-metrics  (same module: Prometheus' PromQL
+#                   parser, lists the metrics each dashboard expression selects)
 #
 # Each tool is built from a small wrapper Go module whose go.mod/go.sum pin the
 # exact dependency graph. Binaries go to <repo>/.tools/bin (git-ignored), or to
@@ -81,6 +85,7 @@ module_time() {
 opa_version=v1.22.2
 etcd_version=v3.6.16
 k8s_version=v1.34.4
+promtool_version=v0.315.0
 
 build_opa() {
   # github.com/open-policy-agent/opa/v1/version.Version is already "1.22.2"
@@ -121,9 +126,22 @@ build_kube_scheduler() {
     k8s.io/kubernetes/cmd/kube-scheduler "$(k8s_ldflags)"
 }
 
+build_promtool() {
+  # Prometheus 3.x ships as Go module v0.3xx.y; promtool --version reads these.
+  local date pkg=github.com/prometheus/common/version
+  date="$(module_time "${go_dir}/promtool" github.com/prometheus/prometheus)"
+  build promtool "${promtool_version}" "${go_dir}/promtool" \
+    github.com/prometheus/prometheus/cmd/promtool \
+    "-s -w -X ${pkg}.Version=3.15.0 -X ${pkg}.Revision=module-${promtool_version} -X ${pkg}.BuildDate=${date}"
+}
+
+build_promql_metrics() {
+  build promql-metrics "${promtool_version}" "${go_dir}/promtool" ./cmd/promql-metrics "-s -w"
+}
+
 tools=("$@")
 if [[ ${#tools[@]} -eq 0 ]]; then
-  tools=(opa etcd kube-apiserver kube-scheduler)
+  tools=(opa etcd kube-apiserver kube-scheduler promtool promql-metrics)
 fi
 
 for tool in "${tools[@]}"; do
@@ -132,7 +150,9 @@ for tool in "${tools[@]}"; do
     etcd) build_etcd ;;
     kube-apiserver) build_kube_apiserver ;;
     kube-scheduler) build_kube_scheduler ;;
-    *) echo "unknown tool: ${tool} (known: opa etcd kube-apiserver kube-scheduler)" >&2; exit 2 ;;
+    promtool) build_promtool ;;
+    promql-metrics) build_promql_metrics ;;
+    *) echo "unknown tool: ${tool} (known: opa etcd kube-apiserver kube-scheduler promtool promql-metrics)" >&2; exit 2 ;;
   esac
 done
 echo "tools in ${bin_dir}"
