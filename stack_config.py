@@ -914,7 +914,9 @@ def _gpu_operator(r: _Reader, raw: Any) -> GpuOperatorConfig:
     )
 
 
-def _monitoring(r: _Reader, raw: Any, password: Any) -> MonitoringConfig:
+def _monitoring(
+    r: _Reader, raw: Any, password: Any, secret_keys: Collection[str] | None = None
+) -> MonitoringConfig:
     entry = r.obj("monitoring", raw, _MONITORING_FIELDS)
     default = MonitoringConfig()
     enabled = _boolean(r, "monitoring.enabled", entry.get("enabled"), default.enabled)
@@ -939,6 +941,13 @@ def _monitoring(r: _Reader, raw: Any, password: Any) -> MonitoringConfig:
         r.problem("grafanaAdminPassword", "[secret, not shown]", "expected a string")
         password = ""
     password = password or ""
+    if password and secret_keys is not None and "grafanaAdminPassword" not in secret_keys:
+        # Not declared `secret: true` in Pulumi.yaml (see there), so checked here instead.
+        r.problem(
+            "grafanaAdminPassword",
+            "[plain text, not shown]",
+            "must be stored encrypted: pulumi config set --secret gpu-cluster:grafanaAdminPassword",
+        )
     if enabled and not password and not existing:
         r.problem(
             "grafanaAdminPassword",
@@ -1024,7 +1033,7 @@ def parse_stack_config(
     scheduler = _scheduler(r, merged["scheduler"])
     admission = _admission(r, merged["admission"])
     gpu_operator = _gpu_operator(r, merged["gpuOperator"])
-    monitoring = _monitoring(r, merged["monitoring"], merged["grafanaAdminPassword"])
+    monitoring = _monitoring(r, merged["monitoring"], merged["grafanaAdminPassword"], secret_keys)
     _one_dcgm_service_monitor(r, gpu_operator, monitoring)
     control_plane = _control_plane(
         r, merged["controlPlane"], merged["sshPrivateKey"], nodes, secret_keys

@@ -14,6 +14,7 @@ import pytest
 
 from components import ClusterAccess, DcgmTarget, MonitoringStack, MonitoringStackArgs
 from components.monitoring_stack import DEFAULT_VERSION, load_dashboard, load_rule_groups
+from stack_config import ConfigError
 from tests.conftest import Recording, Registration, register, run_program
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -209,7 +210,11 @@ def test_monitoring_stack_dev_program_orders_the_operator_after_the_pool() -> No
 
 
 @pytest.mark.usefixtures("kubeconfig")
-def test_monitoring_stack_program_password_from_config_stays_secret() -> None:
+def test_monitoring_stack_program_password_from_config_stays_secret(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # How the CLI tells the program which config values were stored with --secret.
+    monkeypatch.setenv("PULUMI_CONFIG_SECRET_KEYS", '["gpu-cluster:grafanaAdminPassword"]')
     recording = run_program(
         "prod",
         {
@@ -230,3 +235,12 @@ def test_monitoring_stack_prod_program_hands_mig_and_driver_values_to_the_chart(
     assert values["mig"] == {"strategy": "single"}
     assert {"name": "CONTAINERD_SET_AS_DEFAULT", "value": "true"} in values["toolkit"]["env"]
     assert values["daemonsets"]["tolerations"][0]["effect"] == "NoExecute"
+
+
+@pytest.mark.usefixtures("kubeconfig")
+def test_monitoring_stack_program_refuses_a_password_stored_in_plain_text() -> None:
+    recording = Recording()
+    overrides = {"monitoring": {"enabled": True}, "grafanaAdminPassword": PASSWORD}
+    with pytest.raises(ConfigError, match=r"grafanaAdminPassword: got '\[plain text, not shown\]'"):
+        run_program("prod", overrides, recording)
+    assert recording.resources == []

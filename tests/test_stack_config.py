@@ -620,3 +620,22 @@ def test_config_rejects_ssh_key_stored_in_plain_text() -> None:
         "pulumi config set --secret gpu-cluster:sshPrivateKey < key"
     ]
     assert "PRIVATE KEY" not in str(excinfo.value)
+
+
+def test_config_rejects_grafana_password_stored_in_plain_text() -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        parse_stack_config(
+            {"monitoring": {"enabled": True}, "grafanaAdminPassword": "pw-4"}, secret_keys=set()
+        )
+    assert [str(p) for p in excinfo.value.problems] == [
+        "gpu-cluster:grafanaAdminPassword: got '[plain text, not shown]'; must be stored "
+        "encrypted: pulumi config set --secret gpu-cluster:grafanaAdminPassword"
+    ]
+
+
+def test_config_accepts_grafana_password_stored_encrypted() -> None:
+    config = parse_stack_config(
+        {"monitoring": {"enabled": True}, "grafanaAdminPassword": "pw-5"},
+        secret_keys={"grafanaAdminPassword"},
+    )
+    assert config.monitoring.grafana_admin_password is not None
