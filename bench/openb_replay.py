@@ -178,14 +178,20 @@ class Metrics:
     first_frag_gpus: int | None
     alloc_at_first_frag: float | None
     """Allocated / total GPUs just before that pod."""
-    alloc_at_first_gpu_only_frag: float | None
-    """The same for the first such pod that every node turned down for GPUs alone."""
+    alloc_at_first_gpu_frag: float | None
+    """The same for the first such pod for which no single node had the GPUs free."""
+    rejected_gpu_frag: int
+    """GPU pods rejected while the free GPUs in total fit them and no node had them free."""
+    rejected_stranded: int
+    """GPU pods rejected although some node had the GPUs free (short of cpu/memory there)."""
     final_alloc: float
     rejected_by_gpus: Mapping[int, int]
     """Rejected pods by whole GPUs requested (0 = CPU-only)."""
     wall_s: float
     out_of_order: int | None = None
-    """First scheduling attempts that came before an earlier trace pod's (-1: not checked)."""
+    """First scheduling attempts that came before an earlier trace pod's (None: not checked)."""
+    run: int = 1
+    """Repetition number (--repeat): ties between equal nodes are broken at random."""
 
 
 def compute_metrics(
@@ -199,7 +205,7 @@ def compute_metrics(
 ) -> Metrics:
     """Metrics of one run; `placed[i]` is pod i's node, or None if it was rejected.
 
-    `messages[i]` is a rejected pod's Unschedulable message (see `only_gpu_short`).
+    `messages[i]` is a rejected pod's Unschedulable message (see `no_node_has_gpus`).
 
     Pods are taken in trace order and never leave, so the GPUs allocated when pod i was
     decided are those of the bound pods before it.
@@ -211,7 +217,8 @@ def compute_metrics(
         raise ValueError("the node list has no GPUs")
     allocated = 0
     first: tuple[int, int, float] | None = None
-    first_gpu_only: float | None = None
+    first_gpu_frag: float | None = None
+    gpu_frag = stranded = 0
     rejected: Counter[int] = Counter()
     for index, (pod, node) in enumerate(zip(pods, placed, strict=True)):
         if node is not None:
@@ -221,8 +228,12 @@ def compute_metrics(
         if pod.gpus > 0 and total - allocated >= pod.gpus:
             if first is None:
                 first = (index, pod.gpus, allocated / total)
-            if first_gpu_only is None and messages and only_gpu_short(messages[index]):
-                first_gpu_only = allocated / total
+            if messages and no_node_has_gpus(messages[index]):
+                gpu_frag += 1
+                if first_gpu_frag is None:
+                    first_gpu_frag = allocated / total
+            elif messages:
+                stranded += 1
     return Metrics(
         profile=profile,
         nodes=len(nodes),
@@ -232,7 +243,9 @@ def compute_metrics(
         first_frag_index=first[0] if first else None,
         first_frag_gpus=first[1] if first else None,
         alloc_at_first_frag=first[2] if first else None,
-        alloc_at_first_gpu_only_frag=first_gpu_only,
+        alloc_at_first_gpu_frag=first_gpu_frag,
+        rejected_gpu_frag=gpu_frag,
+        rejected_stranded=stranded,
         final_alloc=allocated / total,
         rejected_by_gpus=dict(sorted(rejected.items())),
         wall_s=wall_s,
@@ -265,6 +278,7 @@ def first_attempts(log: str) -> list[int]:
 
 CSV_FIELDS = (
     "profile",
+    "run",
     "percentage_of_nodes_to_score",
     "nodes",
     "total_gpus",
@@ -273,11 +287,13 @@ CSV_FIELDS = (
     "first_frag_index",
     "first_frag_gpus",
     "alloc_at_first_frag",
-    "alloc_at_first_gpu_only_frag",
+    "alloc_at_first_gpu_frag",
     "final_alloc",
     "rejected_0gpu",
     *(f"rejected_{n}gpu" for n in GPU_COUNTS),
     "rejected_other",
+    "rejected_gpu_frag",
+    "rejected_stranded",
     "out_of_order_attempts",
     "wall_s",
 )
@@ -291,6 +307,7 @@ def csv_row(m: Metrics) -> dict[str, str]:
     other = sum(c for g, c in m.rejected_by_gpus.items() if g not in (0, *GPU_COUNTS))
     row = {
         "profile": m.profile,
+        "run": str(m.run),
         "percentage_of_nodes_to_score": "100",
         "nodes": str(m.nodes),
         "total_gpus": str(m.total_gpus),
@@ -299,11 +316,13 @@ def csv_row(m: Metrics) -> dict[str, str]:
         "first_frag_index": "" if m.first_frag_index is None else str(m.first_frag_index),
         "first_frag_gpus": "" if m.first_frag_gpus is None else str(m.first_frag_gpus),
         "alloc_at_first_frag": _ratio(m.alloc_at_first_frag),
-        "alloc_at_first_gpu_only_frag": _ratio(m.alloc_at_first_gpu_only_frag),
+        "alloc_at_first_gpu_frag": _ratio(m.alloc_at_first_gpu_frag),
         "final_alloc": _ratio(m.final_alloc),
         "rejected_0gpu": str(m.rejected_by_gpus.get(0, 0)),
         **{f"rejected_{n}gpu": str(m.rejected_by_gpus.get(n, 0)) for n in GPU_COUNTS},
         "rejected_other": str(other),
+        "rejected_gpu_frag": str(m.rejected_gpu_frag),
+        "rejected_stranded": str(m.rejected_stranded),
         "out_of_order_attempts": "" if m.out_of_order is None else str(m.out_of_order),
         "wall_s": f"{m.wall_s:.1f}",
     }
@@ -323,24 +342,24 @@ def format_table(results: Sequence[Metrics]) -> str:
     """A Markdown table, one row per profile."""
     head = (
         "| profile | alloc. at first frag. rejection (pod #, GPUs) "
-        "| same, GPUs the only shortage | final alloc. "
-        "| rejected 1/2/4/8-GPU | rejected CPU-only | bound / pods | wall s |"
+        "| same, no node with the GPUs free | final alloc. "
+        "| rejected 1/2/4/8-GPU | rejected CPU-only "
+        "| GPU pods rejected: GPU-fragmented / stranded | bound / pods | wall s |"
     )
-    lines = [head, "|---|---|---|---|---|---|---|---|"]
+    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
     for m in results:
         if m.alloc_at_first_frag is None:
             frag = "none"
         else:
             frag = f"{m.alloc_at_first_frag:.1%} (#{m.first_frag_index}, {m.first_frag_gpus})"
-        gpu_only = (
-            "none"
-            if m.alloc_at_first_gpu_only_frag is None
-            else f"{m.alloc_at_first_gpu_only_frag:.1%}"
+        gpu_frag = (
+            "none" if m.alloc_at_first_gpu_frag is None else f"{m.alloc_at_first_gpu_frag:.1%}"
         )
         by_gpus = "/".join(str(m.rejected_by_gpus.get(n, 0)) for n in GPU_COUNTS)
         lines.append(
-            f"| {m.profile} | {frag} | {gpu_only} | {m.final_alloc:.1%} | {by_gpus} "
-            f"| {m.rejected_by_gpus.get(0, 0)} | {m.bound} / {m.pods} | {m.wall_s:.0f} |"
+            f"| {m.profile}{f' #{m.run}' if m.run > 1 else ''} | {frag} | {gpu_frag} | {m.final_alloc:.1%} | {by_gpus} "
+            f"| {m.rejected_by_gpus.get(0, 0)} | {m.rejected_gpu_frag} / {m.rejected_stranded} "
+            f"| {m.bound} / {m.pods} | {m.wall_s:.0f} |"
         )
     return "\n".join(lines)
 
@@ -427,20 +446,24 @@ def decision(pod: Mapping[str, Any]) -> tuple[bool, str | None, str]:
     return False, None, ""
 
 
-_FIT_REASONS = re.compile(r"nodes are available: (?P<reasons>.*?)\.(?: |$)")
+_FIT_SUMMARY = re.compile(r"^0/(?P<nodes>\d+) nodes are available: (?P<reasons>.*?)\.(?: |$)")
 
 
-def only_gpu_short(message: str) -> bool:
-    """Whether every node failed the pod for nvidia.com/gpu alone (not cpu, memory, pods).
+def no_node_has_gpus(message: str) -> bool:
+    """Whether the Unschedulable message says every node was short of nvidia.com/gpu.
 
-    Parses "0/3 nodes are available: 2 Insufficient nvidia.com/gpu, 1 Insufficient cpu.
-    preemption: ...", the message kube-scheduler puts on the PodScheduled condition.
+    kube-scheduler writes "0/3 nodes are available: 3 Insufficient nvidia.com/gpu,
+    1 Insufficient cpu. preemption: ..."; a node short of several resources is counted
+    under each. False when some node had the GPUs but lacked cpu, memory or pod slots.
     """
-    match = _FIT_REASONS.search(message)
+    match = _FIT_SUMMARY.search(message)
     if match is None:
         return False
-    reasons = [r.strip().split(" ", 1) for r in match["reasons"].split(",")]
-    return bool(reasons) and all(r[-1] == f"Insufficient {GPU}" for r in reasons)
+    for reason in match["reasons"].split(","):
+        count, _, what = reason.strip().partition(" ")
+        if what == f"Insufficient {GPU}" and count == match["nodes"]:
+            return True
+    return False
 
 
 # ------------------------------------------------------------------------ live replay
@@ -687,12 +710,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--profiles", default=",".join(PROFILES), help="comma-separated: default,binpack"
     )
     parser.add_argument("--threads", type=int, default=16, help="parallel object creation")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per profile")
     args = parser.parse_args(argv)
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
     unknown = [p for p in profiles if p not in PROFILES]
     if unknown or not profiles:
         parser.error(f"--profiles {args.profiles!r}: expected some of {', '.join(PROFILES)}")
-    for flag, value in (("--limit", args.limit), ("--node-limit", args.node_limit)):
+    for flag, value in (
+        ("--limit", args.limit),
+        ("--node-limit", args.node_limit),
+        ("--repeat", args.repeat),
+        ("--threads", args.threads),
+    ):
         if value is not None and value < 1:
             parser.error(f"{flag} {value}: expected an integer >= 1")
     try:
@@ -700,7 +729,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         pods = read_pods(args.trace / args.pods_file)[: args.limit]
     except TraceError as exc:
         parser.error(str(exc))
-    results = [replay(profile, nodes, pods, threads=args.threads) for profile in profiles]
+    results = [
+        replace(replay(profile, nodes, pods, threads=args.threads), run=run)
+        for run in range(1, args.repeat + 1)
+        for profile in profiles
+    ]
     print()
     print(format_table(results))
     write_csv(args.csv, results)

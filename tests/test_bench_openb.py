@@ -24,7 +24,7 @@ from bench.openb_replay import (
     follow,
     format_table,
     gpu_request,
-    only_gpu_short,
+    no_node_has_gpus,
     out_of_order_attempts,
     pod_object,
     read_nodes,
@@ -126,26 +126,30 @@ def test_openb_metrics_without_fragmentation_have_no_first_rejection() -> None:
     assert m.rejected_by_gpus == {1: 1}
 
 
-GPU_ONLY = (
-    f"0/2 nodes are available: 2 Insufficient {GPU}. no new claims to deallocate, "
-    "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
+NO_NODE = (
+    f"0/2 nodes are available: 2 Insufficient {GPU}, 1 Insufficient cpu. no new claims to "
+    "deallocate, preemption: 0/2 nodes are available: 2 No preemption victims found."
 )
-CPU_TOO = f"0/2 nodes are available: 1 Insufficient cpu, 2 Insufficient {GPU}. preemption: x"
+ONE_NODE = f"0/2 nodes are available: 1 Insufficient cpu, 1 Insufficient {GPU}. preemption: x"
 
 
-def test_openb_only_gpu_short_reads_the_unschedulable_message() -> None:
-    assert only_gpu_short(GPU_ONLY)
-    assert not only_gpu_short(CPU_TOO)
-    assert not only_gpu_short("")
+def test_openb_no_node_has_gpus_reads_the_unschedulable_message() -> None:
+    assert no_node_has_gpus(NO_NODE)
+    assert no_node_has_gpus(f"0/12 nodes are available: 12 Insufficient {GPU}.")
+    assert not no_node_has_gpus(ONE_NODE)
+    assert not no_node_has_gpus(f"0/12 nodes are available: 2 Insufficient {GPU}.")
+    assert not no_node_has_gpus("")
 
 
-def test_openb_metrics_gpu_only_fragmentation_skips_pods_short_of_cpu() -> None:
-    pods = [_pod(1), _pod(1), _pod(1), _pod(1)]
-    placed: list[str | None] = ["a", None, "b", None]
-    messages = ["", CPU_TOO, "", GPU_ONLY]
+def test_openb_metrics_split_gpu_fragmentation_from_stranded_gpus() -> None:
+    pods = [_pod(1), _pod(1), _pod(1), _pod(1), _pod(8)]
+    placed: list[str | None] = ["a", None, "b", None, None]
+    messages = ["", ONE_NODE, "", NO_NODE, NO_NODE]
     m = compute_metrics("p", _nodes(2, 2), pods, placed, 1.0, messages=messages)
     assert m.alloc_at_first_frag == 0.25
-    assert m.alloc_at_first_gpu_only_frag == 0.5
+    assert m.alloc_at_first_gpu_frag == 0.5
+    # The 8-GPU pod never fit in 2 free GPUs: neither kind.
+    assert (m.rejected_gpu_frag, m.rejected_stranded) == (1, 1)
 
 
 def test_openb_first_attempts_counts_out_of_order_scheduling() -> None:
@@ -199,7 +203,7 @@ def test_openb_results_go_to_csv_and_table(tmp_path: Path) -> None:
     assert row == csv_row(m)
     assert (row["final_alloc"], row["rejected_1gpu"], row["wall_s"]) == ("1.0000", "1", "12.3")
     table = format_table([m])
-    assert "| default | none | none | 100.0% | 1/0/0/0 | 0 | 1 / 2 | 12 |" in table
+    assert "| default | none | none | 100.0% | 1/0/0/0 | 0 | 0 / 0 | 1 / 2 | 12 |" in table
 
 
 class _FakeApi:
