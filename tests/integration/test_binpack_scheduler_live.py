@@ -15,12 +15,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from components.binpack_scheduler import render_config
+from components import BinpackScheduler, BinpackSchedulerArgs, ClusterAccess
+from components.binpack_scheduler import SchedulerProfile, render_config
 from components.tainted_gpu_pool import Taint
 from stack_config import SchedulerConfig
 from tests.integration.conftest import require_tools
@@ -282,3 +284,88 @@ def test_binpack_scheduler_live_misnamed_plugin_config_is_caught_by_behaviour(
     with control_plane.start_scheduler(yaml.safe_dump(config)) as typo:
         placed = _place(pool, {name: typo}, name, "typo", 3)
     assert _per_node(placed, nodes) == [1, 1, 1]
+
+
+RBAC_TYPES = {
+    "kubernetes:core/v1:ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+    "kubernetes:rbac.authorization.k8s.io/v1:Role": (
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles"
+    ),
+    "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding": (
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings"
+    ),
+    "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding": (
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
+    ),
+}
+
+
+def _component_rbac(profile: SchedulerProfile) -> list[tuple[str, dict[str, Any]]]:
+    """(collection path, object) for the ServiceAccount and RBAC the component declares.
+
+    The component is built under the Pulumi mocks of tests/conftest.py, so the objects are
+    exactly its inputs, not a copy typed here.
+    """
+    from tests.conftest import register
+
+    def build() -> None:
+        access = ClusterAccess.create("cluster", "apiVersion: v1\nkind: Config\n", None)
+        BinpackScheduler(
+            "binpack",
+            BinpackSchedulerArgs(access=access, kubernetes_version="v1.34.4", profile=profile),
+        )
+
+    objects = []
+    for registration in register(build).resources:
+        if registration.typ in RBAC_TYPES:
+            body = dict(registration.inputs)
+            path = RBAC_TYPES[registration.typ].format(ns=body["metadata"].get("namespace"))
+            objects.append((path, body))
+    return objects
+
+
+def _token_kubeconfig(cp: LocalControlPlane, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig holding a bound token of `account`, as the pod's projected token would."""
+    token = cp.request(
+        "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token", {"spec": {}}
+    )["status"]["token"]
+    config = yaml.safe_load(cp.kubeconfig_yaml())
+    config["users"] = [{"name": "admin", "user": {"token": token}}]
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_binpack_scheduler_live_runs_with_only_its_own_rbac(
+    control_plane: LocalControlPlane, pool: GpuPool, tmp_path: Path
+) -> None:
+    """The component's ServiceAccount and bindings are enough for the scheduler: it syncs
+    every informer, serves delegated authn/authz, takes its Lease and binds a GPU pod."""
+    require_tools("kube-scheduler")
+    profile = replace(PROFILE, scheduler_name=f"binpack-rbac-{pool.id}")
+    created = []
+    try:
+        for path, body in _component_rbac(profile):
+            control_plane.request("POST", path, body)
+            created.append(f"{path}/{body['metadata']['name']}")
+        kubeconfig = _token_kubeconfig(
+            control_plane, "kube-system", profile.scheduler_name, tmp_path / "sa.kubeconfig"
+        )
+        config = render_config(profile, kubeconfig=str(kubeconfig))
+        node = pool.add_nodes(1, gpus=4)[0]
+        with control_plane.start_scheduler(
+            yaml.safe_dump(config),
+            extra_flags=[
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+            ],
+        ) as scheduler:
+            assert pool.schedule("rbac", scheduler, profile.scheduler_name, 1) == node
+            lease = control_plane.get(
+                "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/"
+                + profile.scheduler_name
+            )
+            assert lease["spec"]["holderIdentity"]
+            assert "forbidden" not in scheduler.log().lower(), scheduler.tail()
+    finally:
+        for path in reversed(created):
+            control_plane.request("DELETE", path)
