@@ -30,14 +30,17 @@ def test_main_docstring_names_the_layers_in_order() -> None:
     assert positions == sorted(positions)
 
 
-def test_main_dev_declares_one_component_per_layer_built() -> None:
+def test_main_dev_declares_one_component_per_layer() -> None:
     recording = run_program("dev")
     components = sorted(
         (r.typ, r.name) for r in recording.resources if r.typ.startswith("gpu-cluster:")
     )
     assert components == [
         ("gpu-cluster:index:BinpackScheduler", "binpack-scheduler"),
+        ("gpu-cluster:index:ControlPlaneFeatures", "control-plane"),
         ("gpu-cluster:index:ExtendedResourceNode", "extended-lab-worker-1"),
+        ("gpu-cluster:index:GpuOperator", "gpu-operator"),
+        ("gpu-cluster:index:MonitoringStack", "monitoring"),
         ("gpu-cluster:index:OpaGate", "gpu-gate"),
         ("gpu-cluster:index:TaintedGpuPool", "gpu-pool"),
     ]
