@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 help:
 	@echo "make test         set up .venv, build the pinned tools, lint (ruff, mypy), run every test"
 	@echo "make test-fast    lint and run the tests that need no built tools"
-	@echo "make tools        build etcd, kube-apiserver, kube-scheduler and OPA into .tools/bin"
+	@echo "make tools        build etcd, kube-apiserver, kube-scheduler, OPA, promtool and the Pulumi CLI into .tools/bin"
 	@echo "make pulumi-tools build the Pulumi CLI and the Python plugin scripts into .tools/bin"
 	@echo "make preview-dev  pulumi preview --stack dev (needs the Pulumi CLI and a kubeconfig)"
 
@@ -24,13 +24,14 @@ venv: $(BIN)/.installed
 
 tools:
 	@bash tools/build-tools.sh
+	@bash tools/build-pulumi.sh
 
 pulumi-tools:
 	@bash tools/build-pulumi.sh
 
 # Without Go (a laptop) the integration tests skip with a reason; under CI=true they must run.
 tools-if-available:
-	@if command -v go >/dev/null 2>&1; then bash tools/build-tools.sh; \
+	@if command -v go >/dev/null 2>&1; then bash tools/build-tools.sh && bash tools/build-pulumi.sh; \
 	elif [ "$${CI:-}" = "true" ]; then echo "error: go is required to build the test tools under CI" >&2; exit 1; \
 	else echo "==> go not found: integration tests will be skipped (install Go, then: make tools)"; fi
 

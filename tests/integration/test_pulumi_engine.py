@@ -1,0 +1,176 @@
+"""The node layers under the real Pulumi engine, against the harness's kube-apiserver.
+
+ExtendedResourceNode and TaintedGpuPool (the layers built on Python dynamic providers)
+run as a platform engineer runs them: the engine serializes the providers into
+pulumi-resource-pulumi-python, keeps state in a backend, diffs, refreshes and destroys.
+The kubernetes, command and tls provider plugins cannot be built here (tools/README.md), so
+the program holds just these two layers (TaintedGpuPool without labels, which would be a
+kubernetes NodePatch); everything else is covered by the mocked program run and the
+server-side dry-run of its objects.
+
+The tests share one deployment and run in file order; the last one destroys it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import pulumi
+import pytest
+from kubernetes import client
+from pulumi import automation as auto
+
+from components import (
+    ClusterAccess,
+    ExtendedResourceNode,
+    ExtendedResourceNodeArgs,
+    TaintedGpuPool,
+    TaintedGpuPoolArgs,
+)
+from components.tainted_gpu_pool import Taint
+from tests.integration.conftest import require_tools
+from tools.harness import CONTROL_PLANE_TOOLS, LocalControlPlane
+from tools.harness.fake_nodes import cpu_node, create_nodes, gpu_node, snapshot
+from tools.harness.pulumi_engine import PULUMI_ENGINE_TOOLS, inline_stack
+
+GPU_NODES = ("engine-gpu-1", "engine-gpu-2")
+DONGLE_NODE = "engine-cpu-1"
+DONGLE = "example.com/dongle"
+CORDON = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+
+
+def _program(kubeconfig: str) -> auto.PulumiFn:
+    def program() -> None:
+        # No kubernetes object is declared, so no kubernetes Provider is needed.
+        access = ClusterAccess(
+            provider=cast(Any, None), kubeconfig=pulumi.Output.secret(kubeconfig), context=None
+        )
+        extended = ExtendedResourceNode(
+            f"extended-{DONGLE_NODE}",
+            ExtendedResourceNodeArgs(access=access, node=DONGLE_NODE, resources={DONGLE: 4}),
+        )
+        pool = TaintedGpuPool(
+            "gpu-pool",
+            TaintedGpuPoolArgs(
+                access=access,
+                nodes=GPU_NODES,
+                taint=Taint(key="nvidia.com/gpu", value="present", effect="NoSchedule"),
+                labels={},
+            ),
+        )
+        pulumi.export("gpuNodes", pool.nodes)
+        pulumi.export("gpuTaint", pool.taint)
+        pulumi.export("advertised", extended.resources)
+
+    return program
+
+
+@dataclass
+class Deployment:
+    stack: auto.Stack
+    api_client: Any
+    before: dict[str, dict[str, Any]]
+    first: auto.UpResult
+    state_dir: Path
+    destroyed: bool = False
+
+    @property
+    def nodes(self) -> list[str]:
+        return [*GPU_NODES, DONGLE_NODE]
+
+    def live(self) -> dict[str, dict[str, Any]]:
+        return snapshot(self.api_client, self.nodes)
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    require_tools(*CONTROL_PLANE_TOOLS, *PULUMI_ENGINE_TOOLS)
+    with LocalControlPlane() as cp:
+        api_client = cp.api_client()
+        create_nodes(api_client, [gpu_node(n) for n in GPU_NODES] + [cpu_node(DONGLE_NODE)])
+        # A cordoned GPU node: the taint Kubernetes manages must survive up and destroy.
+        client.CoreV1Api(api_client).patch_node(GPU_NODES[1], {"spec": {"taints": [CORDON]}})
+        before = snapshot(api_client, [*GPU_NODES, DONGLE_NODE])
+        state_dir = tmp_path_factory.mktemp("pulumi")
+        stack = inline_stack("gpu-cluster-engine", "e2e", _program(cp.kubeconfig_yaml()), state_dir)
+        deployment = Deployment(stack, api_client, before, stack.up(), state_dir)
+        try:
+            yield deployment
+        finally:
+            if not deployment.destroyed:
+                stack.destroy()
+            api_client.close()
+
+
+def test_engine_up_taints_pool_and_advertises_capacity(deployed: Deployment) -> None:
+    live = deployed.live()
+    ours = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+    assert deployed.first.summary.resource_changes == {"create": 6}
+    # The API server's TaintNodesByCondition added node.kubernetes.io/not-ready at creation:
+    # every taint that was there stays, in place, and ours comes last.
+    for node in GPU_NODES:
+        assert live[node]["taints"] == [*deployed.before[node]["taints"], ours]
+    assert CORDON in live[GPU_NODES[1]]["taints"]
+    assert live[DONGLE_NODE]["capacity"][DONGLE] == "4"
+    assert live[DONGLE_NODE]["allocatable"][DONGLE] == "4"
+    assert deployed.first.outputs["gpuTaint"].value == {
+        "key": "nvidia.com/gpu",
+        "value": "present",
+        "effect": "NoSchedule",
+    }
+
+
+def test_engine_keeps_the_kubeconfig_secret_in_state(deployed: Deployment) -> None:
+    files = list(deployed.state_dir.glob("backend/.pulumi/stacks/**/e2e.json"))
+    assert len(files) == 1, files
+    text = files[0].read_text()
+    state = json.loads(text)["checkpoint"]["latest"]
+    dynamic = [r for r in state["resources"] if r["type"].startswith("pulumi-python:dynamic/")]
+
+    assert len(dynamic) == 3
+    for resource in dynamic:
+        for side in ("inputs", "outputs"):
+            assert resource[side]["kubeconfig"].get("ciphertext"), (side, resource["urn"])
+    assert "client-key-data" not in text and "certificate-authority-data" not in text
+
+
+def test_engine_second_up_changes_nothing(deployed: Deployment) -> None:
+    again = deployed.stack.up()
+
+    assert again.summary.resource_changes == {"same": 6}
+
+
+def test_engine_refresh_sees_dropped_capacity_and_next_up_restores_it(
+    deployed: Deployment,
+) -> None:
+    # What the kubelet does when the node re-registers: the extended resource is gone.
+    client.CoreV1Api(deployed.api_client).patch_node_status(
+        DONGLE_NODE,
+        [
+            {"op": "remove", "path": "/status/capacity/example.com~1dongle"},
+            {"op": "remove", "path": "/status/allocatable/example.com~1dongle"},
+        ],
+        _content_type="application/json-patch+json",
+    )
+
+    refreshed = deployed.stack.refresh()
+    planned = deployed.stack.preview()
+    restored = deployed.stack.up()
+
+    assert refreshed.summary.resource_changes == {"same": 5, "update": 1}
+    assert planned.change_summary == {"same": 5, "update": 1}
+    assert restored.summary.resource_changes == {"same": 5, "update": 1}
+    assert deployed.live()[DONGLE_NODE]["capacity"][DONGLE] == "4"
+
+
+def test_engine_destroy_leaves_nodes_exactly_as_before(deployed: Deployment) -> None:
+    result = deployed.stack.destroy()
+    deployed.destroyed = True
+
+    assert result.summary.resource_changes == {"delete": 6}
+    assert deployed.live() == deployed.before
