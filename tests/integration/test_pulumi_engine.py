@@ -17,56 +17,30 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import pulumi
 import pytest
 from kubernetes import client
 from pulumi import automation as auto
 
-from components import (
-    ClusterAccess,
-    ExtendedResourceNode,
-    ExtendedResourceNodeArgs,
-    TaintedGpuPool,
-    TaintedGpuPoolArgs,
-)
-from components.tainted_gpu_pool import Taint
 from tests.integration.conftest import require_tools
 from tools.harness import CONTROL_PLANE_TOOLS, LocalControlPlane
 from tools.harness.fake_nodes import cpu_node, create_nodes, gpu_node, snapshot
-from tools.harness.pulumi_engine import PULUMI_ENGINE_TOOLS, inline_stack
+from tools.harness.pulumi_engine import (
+    PULUMI_ENGINE_TOOLS,
+    inline_stack,
+    node_layers_program,
+    node_layers_resource_count,
+    stack_file_config,
+)
 
-GPU_NODES = ("engine-gpu-1", "engine-gpu-2")
-DONGLE_NODE = "engine-cpu-1"
+# The local stack (Pulumi.local.yaml): three pool nodes, one node with example.com/dongle: 4.
+CONFIG = stack_file_config("local")
+GPU_NODES = CONFIG.gpu_pool.nodes
+DONGLE_NODE, DONGLES = next(iter(CONFIG.extended_resources.items()))
 DONGLE = "example.com/dongle"
+COUNT = node_layers_resource_count(CONFIG)
 CORDON = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
-
-
-def _program(kubeconfig: str) -> auto.PulumiFn:
-    def program() -> None:
-        # No kubernetes object is declared, so no kubernetes Provider is needed.
-        access = ClusterAccess(
-            provider=cast(Any, None), kubeconfig=pulumi.Output.secret(kubeconfig), context=None
-        )
-        extended = ExtendedResourceNode(
-            f"extended-{DONGLE_NODE}",
-            ExtendedResourceNodeArgs(access=access, node=DONGLE_NODE, resources={DONGLE: 4}),
-        )
-        pool = TaintedGpuPool(
-            "gpu-pool",
-            TaintedGpuPoolArgs(
-                access=access,
-                nodes=GPU_NODES,
-                taint=Taint(key="nvidia.com/gpu", value="present", effect="NoSchedule"),
-                labels={},
-            ),
-        )
-        pulumi.export("gpuNodes", pool.nodes)
-        pulumi.export("gpuTaint", pool.taint)
-        pulumi.export("advertised", extended.resources)
-
-    return program
 
 
 @dataclass
@@ -96,7 +70,12 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
         client.CoreV1Api(api_client).patch_node(GPU_NODES[1], {"spec": {"taints": [CORDON]}})
         before = snapshot(api_client, [*GPU_NODES, DONGLE_NODE])
         state_dir = tmp_path_factory.mktemp("pulumi")
-        stack = inline_stack("gpu-cluster-engine", "e2e", _program(cp.kubeconfig_yaml()), state_dir)
+        stack = inline_stack(
+            "gpu-cluster-engine",
+            "e2e",
+            node_layers_program(CONFIG, cp.kubeconfig_yaml()),
+            state_dir,
+        )
         deployment = Deployment(stack, api_client, before, stack.up(), state_dir)
         try:
             yield deployment
@@ -110,14 +89,14 @@ def test_engine_up_taints_pool_and_advertises_capacity(deployed: Deployment) -> 
     live = deployed.live()
     ours = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
-    assert deployed.first.summary.resource_changes == {"create": 6}
+    assert deployed.first.summary.resource_changes == {"create": COUNT}
     # The API server's TaintNodesByCondition added node.kubernetes.io/not-ready at creation:
     # every taint that was there stays, in place, and ours comes last.
     for node in GPU_NODES:
         assert live[node]["taints"] == [*deployed.before[node]["taints"], ours]
     assert CORDON in live[GPU_NODES[1]]["taints"]
-    assert live[DONGLE_NODE]["capacity"][DONGLE] == "4"
-    assert live[DONGLE_NODE]["allocatable"][DONGLE] == "4"
+    assert live[DONGLE_NODE]["capacity"][DONGLE] == str(DONGLES[DONGLE])
+    assert live[DONGLE_NODE]["allocatable"][DONGLE] == str(DONGLES[DONGLE])
     assert deployed.first.outputs["gpuTaint"].value == {
         "key": "nvidia.com/gpu",
         "value": "present",
@@ -132,7 +111,7 @@ def test_engine_keeps_the_kubeconfig_secret_in_state(deployed: Deployment) -> No
     state = json.loads(text)["checkpoint"]["latest"]
     dynamic = [r for r in state["resources"] if r["type"].startswith("pulumi-python:dynamic/")]
 
-    assert len(dynamic) == 3
+    assert len(dynamic) == len(GPU_NODES) + len(DONGLES)
     for resource in dynamic:
         for side in ("inputs", "outputs"):
             assert resource[side]["kubeconfig"].get("ciphertext"), (side, resource["urn"])
@@ -142,7 +121,7 @@ def test_engine_keeps_the_kubeconfig_secret_in_state(deployed: Deployment) -> No
 def test_engine_second_up_changes_nothing(deployed: Deployment) -> None:
     again = deployed.stack.up()
 
-    assert again.summary.resource_changes == {"same": 6}
+    assert again.summary.resource_changes == {"same": COUNT}
 
 
 def test_engine_refresh_sees_dropped_capacity_and_next_up_restores_it(
@@ -162,15 +141,15 @@ def test_engine_refresh_sees_dropped_capacity_and_next_up_restores_it(
     planned = deployed.stack.preview()
     restored = deployed.stack.up()
 
-    assert refreshed.summary.resource_changes == {"same": 5, "update": 1}
-    assert planned.change_summary == {"same": 5, "update": 1}
-    assert restored.summary.resource_changes == {"same": 5, "update": 1}
-    assert deployed.live()[DONGLE_NODE]["capacity"][DONGLE] == "4"
+    assert refreshed.summary.resource_changes == {"same": COUNT - 1, "update": 1}
+    assert planned.change_summary == {"same": COUNT - 1, "update": 1}
+    assert restored.summary.resource_changes == {"same": COUNT - 1, "update": 1}
+    assert deployed.live()[DONGLE_NODE]["capacity"][DONGLE] == str(DONGLES[DONGLE])
 
 
 def test_engine_destroy_leaves_nodes_exactly_as_before(deployed: Deployment) -> None:
     result = deployed.stack.destroy()
     deployed.destroyed = True
 
-    assert result.summary.resource_changes == {"delete": 6}
+    assert result.summary.resource_changes == {"delete": COUNT}
     assert deployed.live() == deployed.before

@@ -13,8 +13,20 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, cast
 
+import pulumi
+import yaml
 from pulumi import automation as auto
+
+from components import (
+    ClusterAccess,
+    ExtendedResourceNode,
+    ExtendedResourceNodeArgs,
+    TaintedGpuPool,
+    TaintedGpuPoolArgs,
+)
+from stack_config import StackConfig, parse_stack_config
 
 from .controlplane import find_tool, tools_bin
 
@@ -64,3 +76,48 @@ def inline_stack(
         pulumi_command=auto.PulumiCommand(root=str(pulumi.parent.parent), skip_version_check=True),
     )
     return auto.create_or_select_stack(stack, project, program, opts=options)
+
+
+def stack_file_config(stack: str) -> StackConfig:
+    """The validated config of Pulumi.<stack>.yaml (over Pulumi.yaml's defaults)."""
+    document = yaml.safe_load((REPO_ROOT / f"Pulumi.{stack}.yaml").read_text()) or {}
+    values = {k.partition(":")[2]: v for k, v in (document.get("config") or {}).items()}
+    return parse_stack_config(values)
+
+
+def node_layers_program(config: StackConfig, kubeconfig: str) -> auto.PulumiFn:
+    """The stack's node layers (ExtendedResourceNode, TaintedGpuPool) as an inline program.
+
+    These are the layers built on Python dynamic providers. Pool labels are left out: they
+    are a kubernetes NodePatch, which needs the kubernetes provider plugin.
+    """
+
+    def program() -> None:
+        # No kubernetes object is declared, so no kubernetes Provider is needed.
+        access = ClusterAccess(
+            provider=cast(Any, None), kubeconfig=pulumi.Output.secret(kubeconfig), context=None
+        )
+        advertised = {
+            node: ExtendedResourceNode(
+                f"extended-{node}",
+                ExtendedResourceNodeArgs(access=access, node=node, resources=resources),
+            ).resources
+            for node, resources in config.extended_resources.items()
+        }
+        pool = TaintedGpuPool(
+            "gpu-pool",
+            TaintedGpuPoolArgs(
+                access=access, nodes=config.gpu_pool.nodes, taint=config.gpu_pool.taint, labels={}
+            ),
+        )
+        pulumi.export("gpuNodes", pool.nodes)
+        pulumi.export("gpuTaint", pool.taint)
+        pulumi.export("advertisedResources", advertised)
+
+    return program
+
+
+def node_layers_resource_count(config: StackConfig) -> int:
+    """Resources node_layers_program registers: the stack, components and dynamic resources."""
+    extended = sum(1 + len(resources) for resources in config.extended_resources.values())
+    return 1 + extended + 1 + len(config.gpu_pool.nodes)
