@@ -4,9 +4,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help venv tools pulumi-tools tools-if-available lint test test-fast preview-dev clean
+.PHONY: help demo venv tools pulumi-tools tools-if-available lint test test-fast preview-dev clean
 
 help:
+	@echo "make demo         the stack on a local control plane: pulumi up, scheduling, admission, destroy"
 	@echo "make test         set up .venv, build the pinned tools, lint (ruff, mypy), run every test"
 	@echo "make test-fast    lint and run the tests that need no built tools"
 	@echo "make tools        build etcd, kube-apiserver, kube-scheduler, OPA, promtool and the Pulumi CLI into .tools/bin"
@@ -25,6 +26,9 @@ venv: $(BIN)/.installed
 tools:
 	@bash tools/build-tools.sh
 	@bash tools/build-pulumi.sh
+
+demo: venv
+	$(BIN)/python -m tools.demo
 
 pulumi-tools:
 	@bash tools/build-pulumi.sh

@@ -37,7 +37,7 @@ def test_config_defaults_apply_when_keys_are_absent() -> None:
     assert config.kubernetes.context is None
 
 
-@pytest.mark.parametrize("stack", ["dev", "prod"])
+@pytest.mark.parametrize("stack", ["dev", "prod", "local"])
 def test_config_stack_files_are_valid(stack: str) -> None:
     config = parse_stack_config(decode_raw_config(stack_config(stack)))
     assert config.gpu_pool.nodes

@@ -63,6 +63,9 @@ def create_nodes(api_client: Any, nodes: Iterable[FakeNode]) -> list[str]:
                 }
             },
         )
+        # The API server's TaintNodesByCondition admission taints a new node not-ready; the
+        # node lifecycle controller (not running here) lifts it once the node is Ready.
+        core.patch_node(node.name, {"spec": {"taints": None}})
         names.append(node.name)
     return names
 
