@@ -6,7 +6,7 @@ one profile and the replay waits until each pod is bound or marked Unschedulable
 profiles see the same nodes and the same pods in the same order (creation_time); both set
 percentageOfNodesToScore: 100 so every feasible node is scored.
 
-Mapping (issue 4): a pod requests num_gpu whole nvidia.com/gpu (a shared GPU, gpu_milli
+Mapping: a pod requests num_gpu whole nvidia.com/gpu (a shared GPU, gpu_milli
 < 1000, rounds up to one, since the stack does not enable GPU sharing), and cpu_milli and
 memory_mib as cpu and memory requests. A node offers its cpu_milli, memory_mib, gpu and 110
 pods (the kubelet default), and carries the GPU pool's taint, which every pod tolerates (all
