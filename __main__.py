@@ -81,26 +81,9 @@ gpu_pool = TaintedGpuPool(
 # After the pool: its operands tolerate the pool's taint, taken from the pool's output.
 gpu_operator = None
 if config.gpu_operator.enabled:
-    op = config.gpu_operator
     gpu_operator = GpuOperator(
         "gpu-operator",
-        GpuOperatorArgs(
-            access=access,
-            taint=gpu_pool.taint,
-            namespace=op.namespace,
-            repository=op.repository,
-            version=op.version,
-            driver_enabled=op.driver_enabled,
-            toolkit_enabled=op.toolkit_enabled,
-            toolkit_env=op.toolkit_env,
-            time_slicing=op.time_slicing,
-            mig_strategy=op.mig_strategy,
-            mig_manager_enabled=op.mig_manager_enabled,
-            dcgm_exporter_enabled=op.dcgm_exporter_enabled,
-            nfd_enabled=op.nfd_enabled,
-            upgrade_crd=op.upgrade_crd,
-            values=op.values,
-        ),
+        GpuOperatorArgs.of(config.gpu_operator, access=access, taint=gpu_pool.taint),
     )
 
 scheduler = BinpackScheduler(

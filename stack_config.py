@@ -30,9 +30,7 @@ from components.binpack_scheduler import (
     ShapePoint,
 )
 from components.control_plane_features import ADMISSION_PLUGINS, RemoteHost, SshAccess
-from components.gpu_operator import DEFAULT_REPOSITORY as GPU_OPERATOR_REPOSITORY
-from components.gpu_operator import DEFAULT_VERSION as GPU_OPERATOR_VERSION
-from components.gpu_operator import MIG_STRATEGIES, MigStrategy, TimeSlicing
+from components.gpu_operator import MIG_STRATEGIES, GpuOperatorChart, MigStrategy, TimeSlicing
 from components.monitoring_stack import DEFAULT_REPOSITORY as MONITORING_REPOSITORY
 from components.monitoring_stack import DEFAULT_VERSION as MONITORING_VERSION
 from components.opa_gate import (
@@ -155,37 +153,11 @@ class ControlPlaneConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class GpuOperatorConfig:
-    """The NVIDIA GPU Operator Helm release (components/gpu_operator.py)."""
+class GpuOperatorConfig(GpuOperatorChart):
+    """The NVIDIA GPU Operator Helm release: the chart settings of components/gpu_operator.py."""
 
     enabled: bool = False
     """Build the GpuOperator layer (needs a reachable chart repository)."""
-    namespace: str = "gpu-operator"
-    """The operator's namespace."""
-    repository: str = GPU_OPERATOR_REPOSITORY
-    """Helm repository URL."""
-    version: str = GPU_OPERATOR_VERSION
-    """Chart version (pinned)."""
-    driver_enabled: bool = True
-    """driver.enabled: false where the NVIDIA driver is preinstalled on the hosts."""
-    toolkit_enabled: bool = True
-    """toolkit.enabled: false where the container toolkit is preinstalled."""
-    toolkit_env: Mapping[str, str] = field(default_factory=dict)
-    """toolkit.env as {NAME: value}; values are strings."""
-    time_slicing: TimeSlicing | None = None
-    """devicePlugin time-slicing; None: whole GPUs only."""
-    mig_strategy: MigStrategy = "single"
-    """mig.strategy: none, single or mixed."""
-    mig_manager_enabled: bool = True
-    """migManager.enabled."""
-    dcgm_exporter_enabled: bool = True
-    """dcgmExporter.enabled."""
-    nfd_enabled: bool = True
-    """nfd.enabled: false where Node Feature Discovery already runs."""
-    upgrade_crd: bool = True
-    """operator.upgradeCRD."""
-    values: Mapping[str, Any] = field(default_factory=dict)
-    """Free-form chart values, deep-merged last."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, cast, get_args
 
 import pulumi
@@ -87,13 +87,9 @@ class DcgmTarget:
 
 
 @dataclass(frozen=True, kw_only=True)
-class GpuOperatorArgs:
-    """Inputs of GpuOperator."""
+class GpuOperatorChart:
+    """What the chart installs and how; the stack config's gpuOperator holds exactly these."""
 
-    access: ClusterAccess
-    """Cluster provider."""
-    taint: pulumi.Input[Mapping[str, str]]
-    """The GPU pool's taint {key, value, effect} (TaintedGpuPool.taint); tolerations come from it."""
     namespace: str = "gpu-operator"
     """The operator's own namespace (created here)."""
     repository: str = DEFAULT_REPOSITORY
@@ -120,6 +116,28 @@ class GpuOperatorArgs:
     """Upgrade the chart's CRDs from a pre-upgrade hook on `helm upgrade`."""
     values: Mapping[str, Any] = field(default_factory=dict)
     """Free-form chart values deep-merged last, over everything above."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuOperatorArgs(GpuOperatorChart):
+    """Inputs of GpuOperator: the chart settings, plus the cluster and the pool's taint."""
+
+    access: ClusterAccess
+    """Cluster provider."""
+    taint: pulumi.Input[Mapping[str, str]]
+    """The GPU pool's taint {key, value, effect} (TaintedGpuPool.taint); tolerations come from it."""
+
+    @classmethod
+    def of(
+        cls,
+        chart: GpuOperatorChart,
+        *,
+        access: ClusterAccess,
+        taint: pulumi.Input[Mapping[str, str]],
+    ) -> GpuOperatorArgs:
+        """Args carrying every setting of `chart` (e.g. the stack config's gpuOperator)."""
+        settings = {f.name: getattr(chart, f.name) for f in fields(GpuOperatorChart)}
+        return cls(access=access, taint=taint, **settings)
 
 
 def operator_values(
