@@ -10,8 +10,6 @@ authorization, policies pushed as kube-mgmt pushes them) behind the real kube-ap
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import json
 import ssl
 import subprocess
@@ -24,13 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.integration.conftest import require_tools
 from tools.harness import find_tool, free_port
+from tools.harness.certs import CertificateAuthority, write_private
 
 pytestmark = pytest.mark.integration
 
@@ -80,93 +75,16 @@ class OpaServer:
 
 def _write_tls_files(directory: Path) -> TlsFiles:
     """A throwaway CA and a serving certificate for 127.0.0.1 signed by it."""
-    now = datetime.datetime.now(datetime.UTC)
-    valid_until = now + datetime.timedelta(days=1)
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpu-cluster test CA")])
-    ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(valid_until)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=False,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(ca_ski, critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-
-    server_key = ec.generate_private_key(ec.SECP256R1())
-    server_cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "opa")]))
-        .issuer_name(ca_name)
-        .public_key(server_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(valid_until)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(LOOPBACK))]),
-            critical=False,
-        )
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski),
-            critical=False,
-        )
-        .add_extension(
-            x509.SubjectKeyIdentifier.from_public_key(server_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-
+    ca = CertificateAuthority("gpu-cluster opa test CA")
+    serving = ca.issue("opa", ip_addresses=[LOOPBACK], server=True)
     files = TlsFiles(
         ca_cert=directory / "ca.crt",
         server_cert=directory / "tls.crt",
         server_key=directory / "tls.key",
     )
-    files.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    files.server_cert.write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
-    files.server_key.write_bytes(
-        server_key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    files.server_key.chmod(0o600)
+    files.ca_cert.write_bytes(ca.cert_pem)
+    files.server_cert.write_bytes(serving.cert_pem)
+    write_private(files.server_key, serving.key_pem)
     return files
 
 
