@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import require_tools
-from tools.harness import find_tool, free_port
+from tests.integration.conftest import built_tool
+from tools.harness import free_port
 from tools.harness.certs import CertificateAuthority, write_private
 
 pytestmark = pytest.mark.integration
@@ -124,10 +124,7 @@ def opa_argv(opa: Path, tls: TlsFiles, gate_config: Path, port: int, diag_port: 
 @pytest.fixture(scope="module")
 def opa() -> Path:
     """The harness's OPA: skipped when not built, a failure under CI=true."""
-    require_tools("opa")
-    binary = find_tool("opa")
-    assert binary is not None
-    return binary
+    return built_tool("opa")
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import require_tools
-from tools.harness import find_tool
+from tests.integration.conftest import built_tool
 
 REPO = Path(__file__).resolve().parent.parent
 POLICIES = REPO / "policies"
@@ -23,10 +22,7 @@ PACKAGE_LINE = re.compile(r"^package\s+(?P<name>\S+)", re.MULTILINE)
 @pytest.fixture(scope="module")
 def opa() -> Path:
     """The harness's OPA: skipped when not built, a failure under CI=true."""
-    require_tools("opa")
-    binary = find_tool("opa")
-    assert binary is not None
-    return binary
+    return built_tool("opa")
 
 
 def _run_opa(opa: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,6 @@ Both are built by tools/build-tools.sh; without them these tests skip (and fail 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,31 +20,21 @@ import pytest
 import yaml
 
 from components.monitoring_stack import DASHBOARD_FILE, RULES_FILE, load_dashboard
+from tests.integration.conftest import built_tool
 
 REPO = Path(__file__).resolve().parent.parent
 RULES_TEST_FILE = RULES_FILE.with_name("gpu.rules.test.yaml")
 METRICS_FIXTURE = REPO / "tests" / "fixtures" / "metrics.yaml"
 
 
-def _tool(name: str) -> Path:
-    tools_bin = Path(os.environ.get("GPU_CLUSTER_TOOLS_BIN") or REPO / ".tools" / "bin")
-    path = tools_bin / name
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        message = f"{name} not built in {tools_bin}: run tools/build-tools.sh {name}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{message} (a missing tool under CI is a failure)")
-        pytest.skip(message)
-    return path
-
-
 @pytest.fixture(scope="module")
 def promtool() -> Path:
-    return _tool("promtool")
+    return built_tool("promtool")
 
 
 @pytest.fixture(scope="module")
 def promql_metrics() -> Path:
-    return _tool("promql-metrics")
+    return built_tool("promql-metrics")
 
 
 def _run(*args: str | Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

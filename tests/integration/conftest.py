@@ -25,6 +25,7 @@ if str(REPO_ROOT) not in sys.path:
 from tools.harness import (  # noqa: E402
     CONTROL_PLANE_TOOLS,
     LocalControlPlane,
+    find_tool,
     missing_tools,
     tools_bin,
 )
@@ -49,6 +50,14 @@ def require_tools(*names: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
+
+
+def built_tool(name: str) -> Path:
+    """The path of a built tool; skip the test when it is missing, fail instead when CI=true."""
+    require_tools(name)
+    path = find_tool(name)
+    assert path is not None
+    return path
 
 
 @pytest.fixture(name="require_tools")

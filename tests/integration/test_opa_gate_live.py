@@ -46,8 +46,8 @@ from components.opa_gate import (
     startup_policies,
     webhook_spec,
 )
-from tests.integration.conftest import require_tools
-from tools.harness import LocalControlPlane, ManagedProcess, find_tool, free_port
+from tests.integration.conftest import built_tool
+from tools.harness import LocalControlPlane, ManagedProcess, free_port
 from tools.harness.certs import CertificateAuthority, write_private
 
 SCHEDULER = "gpu-binpack-scheduler"
@@ -117,9 +117,7 @@ def _wait_for(what: str, check: Callable[[], bool], diagnose: Callable[[], str])
 @pytest.fixture(scope="module")
 def opa_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpaServer]:
     """OPA started as the Deployment starts it, then loaded as kube-mgmt loads it."""
-    require_tools("opa")
-    opa = find_tool("opa")
-    assert opa is not None
+    opa = built_tool("opa")
     root = tmp_path_factory.mktemp("opa-gate")
     dirs = {name: root / name for name in ("certs", "startup", "config", "mgmt")}
     for directory in dirs.values():
