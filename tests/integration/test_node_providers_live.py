@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
 from components.providers.extended_resource import ExtendedResourceProvider
@@ -159,23 +158,7 @@ def test_extended_resource_missing_node_names_node_and_server(
 def test_refused_credentials_name_node_and_server(
     control_plane: LocalControlPlane, node: str
 ) -> None:
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "local",
-                "cluster": {
-                    "server": control_plane.server,
-                    "certificate-authority": str(control_plane.ca_path),
-                },
-            }
-        ],
-        "users": [{"name": "stranger", "user": {"token": "not-a-valid-token"}}],
-        "contexts": [{"name": "local", "context": {"cluster": "local", "user": "stranger"}}],
-        "current-context": "local",
-    }
-    api = KubeNodeApi(yaml.safe_dump(config), None)
+    api = KubeNodeApi(control_plane.kubeconfig_yaml(user={"token": "not-a-valid-token"}), None)
 
     with pytest.raises(NodeApiError) as caught:
         api.get_node(node)

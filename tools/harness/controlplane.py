@@ -538,12 +538,24 @@ class LocalControlPlane:
         self.kubeconfig_path.write_text(self.kubeconfig_yaml())
         self.kubeconfig_path.chmod(0o600)
 
-    def kubeconfig_yaml(self) -> str:
-        """An admin (system:masters) kubeconfig with the credentials embedded."""
+    def kubeconfig_yaml(self, user: Mapping[str, str] | None = None) -> str:
+        """An admin (system:masters) kubeconfig with the credentials embedded.
+
+        ``user`` replaces the admin credentials, e.g. ``{"token": "..."}``.
+        """
         import base64
 
         def b64(path: Path) -> str:
             return base64.b64encode(path.read_bytes()).decode()
+
+        credentials = (
+            dict(user)
+            if user is not None
+            else {
+                "client-certificate-data": b64(self.admin_cert_path),
+                "client-key-data": b64(self.admin_key_path),
+            }
+        )
 
         config = {
             "apiVersion": "v1",
@@ -557,15 +569,7 @@ class LocalControlPlane:
                     },
                 }
             ],
-            "users": [
-                {
-                    "name": "admin",
-                    "user": {
-                        "client-certificate-data": b64(self.admin_cert_path),
-                        "client-key-data": b64(self.admin_key_path),
-                    },
-                }
-            ],
+            "users": [{"name": "admin", "user": credentials}],
             "contexts": [{"name": "local", "context": {"cluster": "local", "user": "admin"}}],
             "current-context": "local",
             "preferences": {},
