@@ -25,65 +25,14 @@
 # Usage: tools/build-pulumi.sh [tool...]   (default: the three above)
 set -euo pipefail
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-go_dir="${repo_root}/tools/go"
-bin_dir="${GPU_CLUSTER_TOOLS_BIN:-${repo_root}/.tools/bin}"
-
-# Same Go environment as build-tools.sh: modules only from the proxy, checksums
-# verified against sum.golang.org's key through the proxy's sumdb mirror, the
-# local toolchain, go.mod/go.sum as committed, static binaries.
-export GOPROXY="${GOPROXY:-https://proxy.golang.org}"
-export GOSUMDB="${GOSUMDB:-sum.golang.org https://proxy.golang.org/sumdb/sum.golang.org}"
-export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
-export GOFLAGS="-mod=readonly -buildvcs=false"
-export CGO_ENABLED=0
-
-mkdir -p "${bin_dir}"
-
-go_version="$(go env GOVERSION)"
+# shellcheck source=tools/build-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/build-lib.sh"
 
 # Pulumi CLI release built: the newest pkg/v3 release the proxy serves, not the
 # v3.272.0 of requirements.txt (see above).
 pulumi_cli_version=v3.259.0
 # Pulumi Python SDK release whose scripts are installed (= requirements.txt).
 pulumi_python_version=v3.272.0
-
-# sha256 over the files that define a wrapper module's build.
-module_hash() {
-  local dir="$1"
-  (cd "${dir}" && find . -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) -print0 \
-    | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
-}
-
-up_to_date() {
-  local out="$1" stamp_file="$2" stamp="$3"
-  [[ -x "${out}" && -f "${stamp_file}" && "$(cat "${stamp_file}")" == "${stamp}" ]]
-}
-
-# build <tool> <version> <module dir> <package> <ldflags>
-build() {
-  local tool="$1" version="$2" dir="$3" pkg="$4" ldflags="$5"
-  local out="${bin_dir}/${tool}" stamp_file="${bin_dir}/.${tool}.stamp"
-  local stamp
-  stamp="$(printf '%s\n' \
-    "tool=${tool}" "version=${version}" "package=${pkg}" "go=${go_version}" \
-    "goos=$(go env GOOS)" "goarch=$(go env GOARCH)" "cgo=${CGO_ENABLED}" \
-    "goflags=${GOFLAGS}" "flags=-trimpath" "ldflags=${ldflags}" \
-    "module=$(module_hash "${dir}")")"
-
-  if up_to_date "${out}" "${stamp_file}" "${stamp}"; then
-    echo "${tool} ${version} up to date"
-    return 0
-  fi
-
-  echo "building ${tool} ${version} ..."
-  local start=${SECONDS}
-  rm -f "${stamp_file}"
-  (cd "${dir}" && nice -n 10 go build -trimpath -ldflags "${ldflags}" -o "${out}.tmp" "${pkg}")
-  mv -f "${out}.tmp" "${out}"
-  printf '%s\n' "${stamp}" >"${stamp_file}"
-  echo "built ${tool} in $((SECONDS - start)) s"
-}
 
 # install_script <tool> <version> <module dir> <module path> <file in module>
 # Copies a script shipped in a pinned module's zip (checked against go.sum).
