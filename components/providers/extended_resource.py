@@ -22,7 +22,14 @@ from pulumi.dynamic import (
     UpdateResult,
 )
 
-from components.providers.node_api import Connect, NodeApi, connect, json_pointer_escape
+from components.providers.node_api import (
+    Connect,
+    NodeApi,
+    connect,
+    credential_props,
+    json_pointer_escape,
+    secret_credentials,
+)
 
 # Allocatable is what the scheduler fits pods against. The kubelet derives it from capacity
 # on its next status sync; setting both makes the resource schedulable at once.
@@ -109,10 +116,8 @@ class ExtendedResource(Resource, module="gpu-cluster", name="ExtendedResource"):
             "node": node,
             "resource": resource,
             "quantity": quantity,
-            "kubeconfig": pulumi.Output.secret(kubeconfig),
-            "context": context or "",
+            **credential_props(kubeconfig, context),
         }
-        opts = pulumi.ResourceOptions.merge(
-            opts, pulumi.ResourceOptions(additional_secret_outputs=["kubeconfig"])
+        super().__init__(
+            provider or ExtendedResourceProvider(), name, props, secret_credentials(opts)
         )
-        super().__init__(provider or ExtendedResourceProvider(), name, props, opts)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+import pulumi
 import yaml
 
 FIELD_MANAGER = "gpu-cluster"
@@ -203,3 +204,17 @@ def update_node(
                 raise
             sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
     raise AssertionError("unreachable")
+
+
+def credential_props(
+    kubeconfig: pulumi.Input[str], context: pulumi.Input[str] | None
+) -> dict[str, Any]:
+    """The provider inputs that reach the cluster: the kubeconfig always a secret."""
+    return {"kubeconfig": pulumi.Output.secret(kubeconfig), "context": context or ""}
+
+
+def secret_credentials(opts: pulumi.ResourceOptions | None) -> pulumi.ResourceOptions:
+    """`opts`, with the kubeconfig kept secret in the resource's outputs too."""
+    return pulumi.ResourceOptions.merge(
+        opts, pulumi.ResourceOptions(additional_secret_outputs=["kubeconfig"])
+    )

@@ -26,7 +26,15 @@ from pulumi.dynamic import (
     UpdateResult,
 )
 
-from components.providers.node_api import Connect, Mutate, NodeApi, connect, update_node
+from components.providers.node_api import (
+    Connect,
+    Mutate,
+    NodeApi,
+    connect,
+    credential_props,
+    secret_credentials,
+    update_node,
+)
 
 
 def _same(taint: Mapping[str, Any], key: str, effect: str) -> bool:
@@ -145,10 +153,6 @@ class NodeTaint(Resource, module="gpu-cluster", name="NodeTaint"):
             "key": key,
             "value": value,
             "effect": effect,
-            "kubeconfig": pulumi.Output.secret(kubeconfig),
-            "context": context or "",
+            **credential_props(kubeconfig, context),
         }
-        opts = pulumi.ResourceOptions.merge(
-            opts, pulumi.ResourceOptions(additional_secret_outputs=["kubeconfig"])
-        )
-        super().__init__(provider or NodeTaintProvider(), name, props, opts)
+        super().__init__(provider or NodeTaintProvider(), name, props, secret_credentials(opts))
