@@ -762,19 +762,10 @@ _MONITORING_FIELDS = (
 )
 
 
-def _boolean(r: _Reader, key: str, value: Any, default: bool) -> bool:
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        r.problem(key, value, "expected true or false")
-        return default
-    return value
-
-
 def _switch(r: _Reader, key: str, raw: Any, field_name: str, default: bool) -> bool:
     """`{<field_name>: bool}` objects such as gpuOperator.driver: {enabled: false}."""
     entry = r.obj(key, raw, (field_name,))
-    return _boolean(r, f"{key}.{field_name}", entry.get(field_name), default)
+    return _bool(r, f"{key}.{field_name}", entry.get(field_name), default)
 
 
 def _chart_source(r: _Reader, key: str, entry: Mapping[str, Any], defaults: Any) -> tuple[str, str]:
@@ -844,7 +835,7 @@ def _time_slicing(r: _Reader, raw: Any) -> TimeSlicing | None:
     key = f"{key}.timeSlicing"
     sharing = r.obj(key, entry["timeSlicing"], ("replicas", "renameByDefault"))
     replicas = _int_in(r, f"{key}.replicas", sharing.get("replicas"), 2, 64)
-    rename = _boolean(r, f"{key}.renameByDefault", sharing.get("renameByDefault"), False)
+    rename = _bool(r, f"{key}.renameByDefault", sharing.get("renameByDefault"), False)
     return TimeSlicing(replicas=replicas, rename_by_default=rename) if replicas else None
 
 
@@ -865,12 +856,12 @@ def _gpu_operator(r: _Reader, raw: Any) -> GpuOperatorConfig:
             "time-slicing shares nvidia.com/gpu, which needs mig.strategy none or single",
         )
     return GpuOperatorConfig(
-        enabled=_boolean(r, "gpuOperator.enabled", entry.get("enabled"), default.enabled),
+        enabled=_bool(r, "gpuOperator.enabled", entry.get("enabled"), default.enabled),
         namespace=_namespace(r, "gpuOperator.namespace", entry.get("namespace"), default.namespace),
         repository=repository,
         version=version,
         driver_enabled=_switch(r, "gpuOperator.driver", entry.get("driver"), "enabled", True),
-        toolkit_enabled=_boolean(r, "gpuOperator.toolkit.enabled", toolkit.get("enabled"), True),
+        toolkit_enabled=_bool(r, "gpuOperator.toolkit.enabled", toolkit.get("enabled"), True),
         toolkit_env=_toolkit_env(r, toolkit.get("env")),
         time_slicing=time_slicing,
         mig_strategy=strategy,
@@ -891,7 +882,7 @@ def _monitoring(
 ) -> MonitoringConfig:
     entry = r.obj("monitoring", raw, _MONITORING_FIELDS)
     default = MonitoringConfig()
-    enabled = _boolean(r, "monitoring.enabled", entry.get("enabled"), default.enabled)
+    enabled = _bool(r, "monitoring.enabled", entry.get("enabled"), default.enabled)
     repository, version = _chart_source(r, "monitoring", entry, default)
     existing = r.string("monitoring.grafanaAdminSecret", entry.get("grafanaAdminSecret"), "")
     if existing and not is_dns1123_subdomain(existing):
