@@ -42,7 +42,7 @@ from components.opa_gate import (
 )
 from stack_config import StackConfig
 from tools.harness import CONTROL_PLANE_TOOLS, LocalControlPlane, missing_tools
-from tools.harness.fake_nodes import GPU_RESOURCE, FakeNode, cpu_node, create_nodes, gpu_node
+from tools.harness.fake_nodes import GPU_RESOURCE, create_nodes, inventory_nodes
 from tools.harness.fake_nodes import snapshot as node_snapshot
 from tools.harness.pulumi_engine import (
     PULUMI_ENGINE_TOOLS,
@@ -53,12 +53,6 @@ from tools.harness.pulumi_engine import (
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STACK = "local"
-
-
-def stack_nodes(config: StackConfig) -> list[FakeNode]:
-    """The stack's inventory: pool nodes get 4 GPUs, the others none."""
-    pool = set(config.gpu_pool.nodes)
-    return [gpu_node(n.name) if n.name in pool else cpu_node(n.name) for n in config.nodes]
 
 
 def gpu_pod(name: str, gpus: int, taint: dict[str, str], scheduler: str | None) -> client.V1Pod:
@@ -168,7 +162,7 @@ def run(keep: bool) -> int:
     with LocalControlPlane() as cp:
         api_client = cp.api_client()
         core = client.CoreV1Api(api_client)
-        nodes = create_nodes(api_client, stack_nodes(config))
+        nodes = create_nodes(api_client, inventory_nodes(config))
         before = node_snapshot(api_client, nodes)
         print_nodes("nodes before", before)
 

@@ -25,7 +25,7 @@ from pulumi import automation as auto
 
 from tests.integration.conftest import require_tools
 from tools.harness import CONTROL_PLANE_TOOLS, LocalControlPlane
-from tools.harness.fake_nodes import cpu_node, create_nodes, gpu_node, snapshot
+from tools.harness.fake_nodes import create_nodes, inventory_nodes, snapshot
 from tools.harness.pulumi_engine import (
     PULUMI_ENGINE_TOOLS,
     inline_stack,
@@ -65,7 +65,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     require_tools(*CONTROL_PLANE_TOOLS, *PULUMI_ENGINE_TOOLS)
     with LocalControlPlane() as cp:
         api_client = cp.api_client()
-        create_nodes(api_client, [gpu_node(n) for n in GPU_NODES] + [cpu_node(DONGLE_NODE)])
+        create_nodes(api_client, inventory_nodes(CONFIG))
         # A cordoned GPU node: the taint Kubernetes manages must survive up and destroy.
         client.CoreV1Api(api_client).patch_node(GPU_NODES[1], {"spec": {"taints": [CORDON]}})
         before = snapshot(api_client, [*GPU_NODES, DONGLE_NODE])

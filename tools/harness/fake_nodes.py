@@ -13,6 +13,8 @@ from typing import Any
 
 from kubernetes import client
 
+from stack_config import StackConfig
+
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
@@ -31,6 +33,12 @@ def gpu_node(name: str, gpus: int = 4, cpu: str = "32", memory: str = "256Gi") -
 
 def cpu_node(name: str, cpu: str = "16", memory: str = "64Gi") -> FakeNode:
     return FakeNode(name, {"cpu": cpu, "memory": memory, "pods": "110"})
+
+
+def inventory_nodes(config: StackConfig) -> list[FakeNode]:
+    """A stack's node inventory: GPU pool nodes get 4 GPUs, the others none."""
+    pool = set(config.gpu_pool.nodes)
+    return [gpu_node(n.name) if n.name in pool else cpu_node(n.name) for n in config.nodes]
 
 
 def create_nodes(api_client: Any, nodes: Iterable[FakeNode]) -> list[str]:
