@@ -37,7 +37,7 @@ module_hash() {
 # up_to_date <output> <stamp file> <stamp>: the output exists and was built from this stamp.
 up_to_date() {
   local out="$1" stamp_file="$2" stamp="$3"
-  [[ -x "${out}" && -f "${stamp_file}" && "$(cat "${stamp_file}")" == "${stamp}" ]]
+  [[ -f "${out}" && -f "${stamp_file}" && "$(cat "${stamp_file}")" == "${stamp}" ]]
 }
 
 # build <tool> <version> <module dir> <package> <ldflags>
@@ -65,3 +65,32 @@ build() {
   echo "built ${tool} in $((SECONDS - start)) s"
 }
 
+
+# module_dir <module dir> <module path>: where the pinned module's zip is unpacked (downloaded
+# and checked against the wrapper's go.sum if needed).
+module_dir() {
+  (cd "$1" && go mod download -json "$2" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+}
+
+# install_concat <output name> <version> <file>...: the files, joined as one multi-document
+# YAML in the output folder; reinstalled only when their content changed.
+install_concat() {
+  local name="$1" version="$2"
+  shift 2
+  local out="${bin_dir}/${name}" stamp_file="${bin_dir}/.${name}.stamp" stamp
+  stamp="$(printf '%s\n' "file=${name}" "version=${version}" "sha256=$(cat "$@" | sha256sum | cut -d' ' -f1)")"
+  if up_to_date "${out}" "${stamp_file}" "${stamp}"; then
+    echo "${name} ${version} up to date"
+    return 0
+  fi
+  rm -f "${stamp_file}"
+  local file
+  for file in "$@"; do
+    printf -- '---\n'
+    cat "${file}"
+  done >"${out}.tmp"
+  chmod 0644 "${out}.tmp"
+  mv -f "${out}.tmp" "${out}"
+  printf '%s\n' "${stamp}" >"${stamp_file}"
+  echo "installed ${name} ${version}"
+}

@@ -40,8 +40,7 @@ install_script() {
   local tool="$1" version="$2" dir="$3" module="$4" file="$5"
   local out="${bin_dir}/${tool}" stamp_file="${bin_dir}/.${tool}.stamp"
   local start=${SECONDS} mod_dir src stamp
-  mod_dir="$(cd "${dir}" && go mod download -json "${module}" \
-    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  mod_dir="$(module_dir "${dir}" "${module}")"
   src="${mod_dir}/${file}"
   if [[ ! -f "${src}" ]]; then
     echo "error: ${tool}: ${file} not found in ${module} (${mod_dir})" >&2

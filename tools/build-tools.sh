@@ -3,8 +3,13 @@
 #
 #   opa             github.com/open-policy-agent/opa      v1.22.2  (tools/go/opa)
 #   etcd            go.etcd.io/etcd/server/v3             v3.6.16  (tools/go/etcd)
-#   kube-apiserver  k8s.io/kubernetes/cmd/kube-apiserver  v1.34.4  (tools/go/kubernetes)
-#   kube-scheduler  k8s.io/kubernetes/cmd/kube-scheduler  v1.34.4  (tools/go/kubernetes)
+#   kube-apiserver           k8s.io/kubernetes/cmd/kube-apiserver           v1.37.2  (tools/go/kubernetes)
+#   kube-controller-manager  k8s.io/kubernetes/cmd/kube-controller-manager  v1.37.2  (tools/go/kubernetes)
+#   kube-scheduler           k8s.io/kubernetes/cmd/kube-scheduler           v1.37.2  (tools/go/kubernetes)
+#   kubeadm                  k8s.io/kubernetes/cmd/kubeadm                  v1.37.2  (tools/go/kubernetes)
+#   kwok                     sigs.k8s.io/kwok/cmd/kwok                      v0.8.0   (tools/go/kwok;
+#                            simulated kubelets; kwok-stages.yaml: its default node and pod stages,
+#                            from the same module zip)
 #   promtool        github.com/prometheus/prometheus/cmd/promtool  v0.315.0 = Prometheus 3.15.0
 #                   (tools/go/promtool; checks and unit-tests the GPU alert rules)
 #   promql-metrics  tools/go/promtool/cmd/promql-metrics  (same module: Prometheus' PromQL
@@ -31,8 +36,9 @@ module_time() {
 
 opa_version=v1.22.2
 etcd_version=v3.6.16
-k8s_version=v1.34.4
+k8s_version=v1.37.2
 promtool_version=v0.315.0
+kwok_version=v0.8.0
 
 build_opa() {
   # github.com/open-policy-agent/opa/v1/version.Version is already "1.22.2"
@@ -63,14 +69,24 @@ k8s_ldflags() {
   echo "${flags}"
 }
 
-build_kube_apiserver() {
-  build kube-apiserver "${k8s_version}" "${go_dir}/kubernetes" \
-    k8s.io/kubernetes/cmd/kube-apiserver "$(k8s_ldflags)"
+# build_k8s <command>: one of the k8s.io/kubernetes commands of the wrapper module.
+build_k8s() {
+  build "$1" "${k8s_version}" "${go_dir}/kubernetes" "k8s.io/kubernetes/cmd/$1" "$(k8s_ldflags)"
 }
 
-build_kube_scheduler() {
-  build kube-scheduler "${k8s_version}" "${go_dir}/kubernetes" \
-    k8s.io/kubernetes/cmd/kube-scheduler "$(k8s_ldflags)"
+build_kwok() {
+  # sigs.k8s.io/kwok/pkg/consts.Version is already "0.8.0" in the released module.
+  build kwok "${kwok_version}" "${go_dir}/kwok" sigs.k8s.io/kwok/cmd/kwok "-s -w"
+  # The `kwok` command has no built-in stages (kwokctl embeds them); install the module's own
+  # fast node and pod stages, with the lease heartbeat, as one --config file.
+  local dir
+  dir="$(module_dir "${go_dir}/kwok" sigs.k8s.io/kwok)/kustomize/stage"
+  install_concat kwok-stages.yaml "${kwok_version}" \
+    "${dir}/node/fast/node-initialize.yaml" \
+    "${dir}/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml" \
+    "${dir}/pod/fast/pod-ready.yaml" \
+    "${dir}/pod/fast/pod-complete.yaml" \
+    "${dir}/pod/fast/pod-delete.yaml"
 }
 
 build_promtool() {
@@ -88,18 +104,18 @@ build_promql_metrics() {
 
 tools=("$@")
 if [[ ${#tools[@]} -eq 0 ]]; then
-  tools=(opa etcd kube-apiserver kube-scheduler promtool promql-metrics)
+  tools=(opa etcd kube-apiserver kube-controller-manager kube-scheduler kubeadm kwok promtool promql-metrics)
 fi
 
 for tool in "${tools[@]}"; do
   case "${tool}" in
     opa) build_opa ;;
     etcd) build_etcd ;;
-    kube-apiserver) build_kube_apiserver ;;
-    kube-scheduler) build_kube_scheduler ;;
+    kube-apiserver|kube-controller-manager|kube-scheduler|kubeadm) build_k8s "${tool}" ;;
+    kwok) build_kwok ;;
     promtool) build_promtool ;;
     promql-metrics) build_promql_metrics ;;
-    *) echo "unknown tool: ${tool} (known: opa etcd kube-apiserver kube-scheduler promtool promql-metrics)" >&2; exit 2 ;;
+    *) echo "unknown tool: ${tool} (known: opa etcd kube-apiserver kube-controller-manager kube-scheduler kubeadm kwok promtool promql-metrics)" >&2; exit 2 ;;
   esac
 done
 echo "tools in ${bin_dir}"

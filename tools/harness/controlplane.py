@@ -62,9 +62,13 @@ def tools_bin() -> Path:
 
 
 def find_tool(name: str) -> Path | None:
-    """Path of the built tool ``name``, or None if it is missing or not executable."""
+    """Path of the built tool ``name``, or None if it is missing or not executable.
+
+    A ``.yaml`` name is a data file the build installs beside the binaries (kwok's stages).
+    """
     path = tools_bin() / name
-    return path if path.is_file() and os.access(path, os.X_OK) else None
+    usable = path.suffix == ".yaml" or os.access(path, os.X_OK)
+    return path if path.is_file() and usable else None
 
 
 def missing_tools(names: Iterable[str] = CONTROL_PLANE_TOOLS) -> list[str]:
