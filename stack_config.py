@@ -45,7 +45,7 @@ PROJECT = "gpu-cluster"
 PROJECT_FILE = Path(__file__).resolve().parent / "Pulumi.yaml"
 
 # Kubernetes versions this project is tested against; others load with a warning.
-SUPPORTED_MINORS = range(33, 36)
+SUPPORTED_MINORS = range(35, 38)
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(
@@ -344,7 +344,7 @@ def _kubernetes_version(r: _Reader, raw: Any, warnings: list[str]) -> str:
     version = r.string("kubernetesVersion", raw, "")
     match = _VERSION.match(version)
     if not match:
-        r.problem("kubernetesVersion", raw, "expected vMAJOR.MINOR.PATCH, e.g. v1.34.4")
+        r.problem("kubernetesVersion", raw, "expected vMAJOR.MINOR.PATCH, e.g. v1.37.2")
         return version
     major, minor = int(match["major"]), int(match["minor"])
     if major != 1 or minor not in SUPPORTED_MINORS:

@@ -92,8 +92,8 @@ def test_main_exports_gpu_nodes_taint_and_advertised_resources() -> None:
 
 def test_main_scheduler_replicas_and_image_follow_the_stack() -> None:
     for stack, replicas, image in (
-        ("dev", 1, "registry.k8s.io/kube-scheduler:v1.33.13"),
-        ("prod", 2, "registry.k8s.io/kube-scheduler:v1.34.4"),
+        ("dev", 1, "registry.k8s.io/kube-scheduler:v1.36.3"),
+        ("prod", 2, "registry.k8s.io/kube-scheduler:v1.35.4"),
     ):
         deployment = run_program(stack).named("binpack-scheduler-deployment")
         spec = deployment.inputs["spec"]

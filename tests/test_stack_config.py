@@ -26,7 +26,7 @@ def _problems(**values: Any) -> list[str]:
 
 def test_config_defaults_apply_when_keys_are_absent() -> None:
     config = parse_stack_config({})
-    assert config.kubernetes_version == "v1.34.4"
+    assert config.kubernetes_version == "v1.37.2"
     assert config.gpu_pool.taint.as_dict() == {
         "key": "nvidia.com/gpu",
         "value": "present",
@@ -168,14 +168,14 @@ def test_config_rejects_invalid_label_value() -> None:
 def test_config_rejects_malformed_kubernetes_version() -> None:
     problems = _problems(kubernetesVersion="1.34")
     assert problems == [
-        "gpu-cluster:kubernetesVersion: got '1.34'; expected vMAJOR.MINOR.PATCH, e.g. v1.34.4"
+        "gpu-cluster:kubernetesVersion: got '1.34'; expected vMAJOR.MINOR.PATCH, e.g. v1.37.2"
     ]
 
 
 def test_config_warns_on_untested_kubernetes_version() -> None:
     config = _parse(kubernetesVersion="v1.30.2")
     assert config.warnings == (
-        "gpu-cluster:kubernetesVersion v1.30.2 is outside the tested range v1.33-v1.35",
+        "gpu-cluster:kubernetesVersion v1.30.2 is outside the tested range v1.35-v1.37",
     )
 
 

@@ -13,7 +13,7 @@ from kubernetes import client
 
 from tools.harness import ControlPlaneError, LocalControlPlane
 
-K8S_VERSION = "v1.34.4"
+K8S_VERSION = "v1.37.2"
 
 
 def _name(prefix: str) -> str:
@@ -56,7 +56,7 @@ def test_apiserver_reports_pinned_version(
 ) -> None:
     assert control_plane.get("/version")["gitVersion"] == K8S_VERSION
     info = client.VersionApi(api_client).get_code()
-    assert (info.git_version, info.major, info.minor) == (K8S_VERSION, "1", "34")
+    assert (info.git_version, info.major, info.minor) == (K8S_VERSION, "1", "37")
 
 
 def test_kubeconfig_gives_admin_access(control_plane: LocalControlPlane, api_client: Any) -> None:
