@@ -52,8 +52,8 @@ def _edited_manifest(tmp_path: Path) -> Path:
         file=str(manifest),
         state=str(tmp_path / "state" / "kube-apiserver.json"),
         admission_plugins=["ExtendedResourceToleration"],
-        feature_gates={"InPlacePodVerticalScaling": True},
-        kubernetes_version="v1.34.4",
+        feature_gates={"HPAScaleToZero": True},
+        kubernetes_version="v1.37.2",
         backup_dir=str(tmp_path / "backups"),
     )
     subprocess.run([sys.executable, str(SCRIPT), *argv], check=True, capture_output=True)
@@ -93,13 +93,13 @@ def test_control_plane_features_live_edited_flags_add_the_toleration(
     flags = _flags(_edited_manifest(tmp_path))
     assert flags == [
         "--enable-admission-plugins=NodeRestriction,ExtendedResourceToleration",
-        "--feature-gates=InPlacePodVerticalScaling=true",
+        "--feature-gates=HPAScaleToZero=true",
     ]
     cp = control_plane_factory(flags)
     assert _resource_tolerations(_created_pod(cp)) == [(RESOURCE, "Exists", "NoSchedule")]
     # The gate flag was accepted and is in effect, not just present on the command line.
     metrics = cp.get("/metrics")
-    assert 'kubernetes_feature_enabled{name="InPlacePodVerticalScaling",stage="BETA"} 1' in metrics
+    assert 'kubernetes_feature_enabled{name="HPAScaleToZero",stage="BETA"} 1' in metrics
 
 
 def test_control_plane_features_live_original_flags_add_no_toleration(
