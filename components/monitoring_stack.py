@@ -158,10 +158,15 @@ class MonitoringStack(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, provider=args.access.provider)
         labels = {"app.kubernetes.io/part-of": "gpu-cluster"}
 
-        namespace = k8s.core.v1.Namespace(
-            f"{name}-namespace", metadata={"name": args.namespace, "labels": labels}, opts=child
-        )
-        namespace_name = namespace.metadata.apply(lambda m: str(m["name"]))
+        # An existing admin Secret lives in a namespace the user created beforehand, so the
+        # namespace is the user's: the stack creates (and deletes) it only when it also
+        # creates the Secret.
+        namespace_name: pulumi.Output[str] = pulumi.Output.from_input(args.namespace)
+        if args.grafana_admin_secret is None:
+            namespace = k8s.core.v1.Namespace(
+                f"{name}-namespace", metadata={"name": args.namespace, "labels": labels}, opts=child
+            )
+            namespace_name = namespace.metadata.apply(lambda m: str(m["name"]))
 
         if args.grafana_admin_password is not None:
             admin = k8s.core.v1.Secret(

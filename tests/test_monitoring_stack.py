@@ -97,6 +97,16 @@ def test_monitoring_stack_existing_secret_creates_no_secret() -> None:
     assert admin["existingSecret"] == "grafana-x"
 
 
+def test_monitoring_stack_leaves_the_namespace_of_an_existing_secret_to_its_owner() -> None:
+    """The Secret was created in a namespace made beforehand: creating it would fail."""
+    existing = _make_monitoring_stack(grafana_admin_password=None, grafana_admin_secret="g")
+    assert existing.of_type("kubernetes:core/v1:Namespace") == []
+    assert _release(existing).inputs["namespace"] == "monitoring"
+    created = _make_monitoring_stack()
+    (namespace,) = created.of_type("kubernetes:core/v1:Namespace")
+    assert namespace.inputs["metadata"]["name"] == "monitoring"
+
+
 @pytest.mark.parametrize(
     ("password", "secret"), [(None, None), (PASSWORD, "grafana-admin")], ids=["none", "both"]
 )
