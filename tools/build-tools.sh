@@ -10,6 +10,11 @@
 #   kwok                     sigs.k8s.io/kwok/cmd/kwok                      v0.8.0   (tools/go/kwok;
 #                            simulated kubelets; kwok-stages.yaml: its default node and pod stages,
 #                            from the same module zip)
+#   monitoring-crds.yaml  the monitoring.coreos.com CRDs (ServiceMonitor, PrometheusRule, ...)
+#                   rendered by controller-gen (sigs.k8s.io/controller-tools v0.23.0) from
+#                   github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring
+#                   v0.95.1 (tools/go/crds); the e2e harness installs them where the
+#                   kube-prometheus-stack chart would
 #   promtool        github.com/prometheus/prometheus/cmd/promtool  v0.315.0 = Prometheus 3.15.0
 #                   (tools/go/promtool; checks and unit-tests the GPU alert rules)
 #   promql-metrics  tools/go/promtool/cmd/promql-metrics  (same module: Prometheus' PromQL
@@ -39,6 +44,8 @@ etcd_version=v3.6.16
 k8s_version=v1.37.2
 promtool_version=v0.315.0
 kwok_version=v0.8.0
+controller_tools_version=v0.23.0
+monitoring_apis_version=v0.95.1
 
 build_opa() {
   # github.com/open-policy-agent/opa/v1/version.Version is already "1.22.2"
@@ -89,6 +96,34 @@ build_kwok() {
     "${dir}/pod/fast/pod-delete.yaml"
 }
 
+build_monitoring_crds() {
+  build controller-gen "${controller_tools_version}" "${go_dir}/crds" \
+    sigs.k8s.io/controller-tools/cmd/controller-gen "-s -w"
+  local out="${bin_dir}/monitoring-crds.yaml" stamp_file="${bin_dir}/.monitoring-crds.yaml.stamp"
+  local stamp tmp file
+  stamp="$(printf '%s\n' "apis=${monitoring_apis_version}" "module=$(module_hash "${go_dir}/crds")" \
+    "controller-gen=$(cat "${bin_dir}/.controller-gen.stamp")")"
+  if up_to_date "${out}" "${stamp_file}" "${stamp}"; then
+    echo "monitoring-crds.yaml ${monitoring_apis_version} up to date"
+    return 0
+  fi
+  echo "rendering monitoring-crds.yaml ${monitoring_apis_version} ..."
+  rm -f "${stamp_file}"
+  tmp="$(mktemp -d)"
+  # Descriptions dropped: the CRDs serve schema validation in tests, not documentation.
+  (cd "${go_dir}/crds" && "${bin_dir}/controller-gen" crd:maxDescLen=0 \
+    paths=github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1 \
+    output:crd:dir="${tmp}")
+  for file in "${tmp}"/*.yaml; do
+    printf -- '---\n'
+    cat "${file}"
+  done >"${out}.tmp"
+  rm -rf "${tmp}"
+  mv -f "${out}.tmp" "${out}"
+  printf '%s\n' "${stamp}" >"${stamp_file}"
+  echo "rendered monitoring-crds.yaml"
+}
+
 build_promtool() {
   # Prometheus 3.x ships as Go module v0.3xx.y; promtool --version reads these.
   local date pkg=github.com/prometheus/common/version
@@ -104,7 +139,7 @@ build_promql_metrics() {
 
 tools=("$@")
 if [[ ${#tools[@]} -eq 0 ]]; then
-  tools=(opa etcd kube-apiserver kube-controller-manager kube-scheduler kubeadm kwok promtool promql-metrics)
+  tools=(opa etcd kube-apiserver kube-controller-manager kube-scheduler kubeadm kwok monitoring-crds promtool promql-metrics)
 fi
 
 for tool in "${tools[@]}"; do
@@ -113,9 +148,10 @@ for tool in "${tools[@]}"; do
     etcd) build_etcd ;;
     kube-apiserver|kube-controller-manager|kube-scheduler|kubeadm) build_k8s "${tool}" ;;
     kwok) build_kwok ;;
+    monitoring-crds) build_monitoring_crds ;;
     promtool) build_promtool ;;
     promql-metrics) build_promql_metrics ;;
-    *) echo "unknown tool: ${tool} (known: opa etcd kube-apiserver kube-controller-manager kube-scheduler kubeadm kwok promtool promql-metrics)" >&2; exit 2 ;;
+    *) echo "unknown tool: ${tool} (known: opa etcd kube-apiserver kube-controller-manager kube-scheduler kubeadm kwok monitoring-crds promtool promql-metrics)" >&2; exit 2 ;;
   esac
 done
 echo "tools in ${bin_dir}"
