@@ -35,7 +35,8 @@ from tools.harness.pulumi_engine import (
 )
 
 # The local stack (Pulumi.local.yaml): three pool nodes, one node with example.com/dongle: 4.
-CONFIG = stack_file_config("local")
+# The local stack's Grafana password is a stack secret, set by `pulumi config set --secret`.
+CONFIG = stack_file_config("local", {"grafanaAdminPassword": "local-only-password"})
 GPU_NODES = CONFIG.gpu_pool.nodes
 DONGLE_NODE, DONGLES = next(iter(CONFIG.extended_resources.items()))
 DONGLE = "example.com/dongle"

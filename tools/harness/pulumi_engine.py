@@ -78,11 +78,14 @@ def inline_stack(
     return auto.create_or_select_stack(stack, project, program, opts=options)
 
 
-def stack_file_config(stack: str) -> StackConfig:
-    """The validated config of Pulumi.<stack>.yaml (over Pulumi.yaml's defaults)."""
+def stack_file_config(stack: str, overrides: Mapping[str, Any] | None = None) -> StackConfig:
+    """The validated config of Pulumi.<stack>.yaml (over Pulumi.yaml's defaults).
+
+    `overrides` stand for what `pulumi config set` adds (e.g. a stack's secrets).
+    """
     document = yaml.safe_load((REPO_ROOT / f"Pulumi.{stack}.yaml").read_text()) or {}
     values = {k.partition(":")[2]: v for k, v in (document.get("config") or {}).items()}
-    return parse_stack_config(values)
+    return parse_stack_config({**values, **(overrides or {})})
 
 
 def node_layers_program(config: StackConfig, kubeconfig: str) -> auto.PulumiFn:

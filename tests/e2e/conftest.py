@@ -1,0 +1,76 @@
+"""Fixtures for the whole-program scenarios: each stack applied once to its own local cluster.
+
+Every test under tests/e2e is marked ``e2e`` (and ``integration``: it needs the built tools).
+Without the tools the tests skip with the reason; under CI=true a missing tool fails them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tools.harness.cluster import CLUSTER_TOOLS  # noqa: E402
+from tools.harness.controlplane import missing_tools, tools_bin  # noqa: E402
+
+from .cli import MODE_VARIABLE, cli_mode, missing_plugins  # noqa: E402
+from .crds import MONITORING_CRDS  # noqa: E402
+from .stack import AppliedStack  # noqa: E402
+
+E2E_DIR = Path(__file__).resolve().parent
+E2E_TOOLS = (*CLUSTER_TOOLS, MONITORING_CRDS)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if E2E_DIR in Path(str(item.path)).resolve().parents:
+            item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.integration)
+
+
+def require_e2e_tools() -> None:
+    """Skip when a tool is not built; fail instead when CI=true.
+
+    In the real-CLI mode (GPU_CLUSTER_E2E=cli) the provider plugins are required too.
+    """
+    missing = missing_tools(E2E_TOOLS)
+    if cli_mode():
+        missing += missing_plugins()
+    if not missing:
+        return
+    message = f"{', '.join(missing)} not built in {tools_bin()}: run `make tools`"
+    if cli_mode():
+        pytest.fail(f"{MODE_VARIABLE}=cli: missing {', '.join(missing)}", pytrace=False)
+    if os.environ.get("CI") == "true":
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+def apply_stack(stack: str, tmp: Path) -> Iterator[AppliedStack]:
+    """`stack` applied to a fresh local cluster; the cluster stops afterwards."""
+    require_e2e_tools()
+    applied = AppliedStack(stack, tmp)
+    with applied:
+        applied.up()
+        yield applied
+
+
+@pytest.fixture(name="namespace")
+def namespace_fixture(applied: AppliedStack) -> Iterator[str]:
+    """A fresh namespace for a scenario's own pods, deleted afterwards."""
+    from kubernetes import client
+
+    name = f"scenario-{uuid.uuid4().hex[:6]}"
+    core: Any = client.CoreV1Api(applied.api_client())
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_namespace(name)

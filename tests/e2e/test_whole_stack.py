@@ -1,0 +1,174 @@
+"""The whole program on a local cluster, then the workloads a user runs, for each stack shape.
+
+Per stack (module-scoped: one cluster, one `up` for all of its scenarios, `destroy` last):
+the program applied in the engine's order; a second `up` changes nothing; a GPU pod that sets
+only its GPU request and the scheduler name is admitted, bound by the deployed scheduler and
+stays Running; a GPU pod without the scheduler name is refused by the applied gate; CPU pods
+never land on GPU nodes; the stack's own pods run; destroy leaves the nodes as they were.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from .conftest import apply_stack
+from .providers import HELM_RELEASE
+from .stack import AppliedStack
+
+GPU = "nvidia.com/gpu"
+# An eviction by the taint manager happens within seconds of a NoExecute taint or binding.
+SETTLE_SECONDS = 8.0
+
+
+@pytest.fixture(scope="module", name="applied", params=["local", "dev", "prod"])
+def applied_fixture(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AppliedStack]:
+    stack = str(request.param)
+    yield from apply_stack(stack, tmp_path_factory.mktemp(f"e2e-{stack}"))
+
+
+def _core(applied: AppliedStack) -> Any:
+    return client.CoreV1Api(applied.api_client())
+
+
+def _gpu_pod(name: str, scheduler: str | None, gpus: int = 1) -> dict[str, Any]:
+    """A pod as a user writes it: the GPU limit and, maybe, the scheduler name; nothing else."""
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "main",
+                "image": "registry.invalid/cuda-job:1",
+                "resources": {"limits": {GPU: str(gpus)}},
+            }
+        ]
+    }
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def _wait_pod(core: Any, namespace: str, name: str, timeout: float = 60.0) -> Any:
+    """The pod once Running; fails with its conditions if it is not Running in time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pod = core.read_namespaced_pod(name, namespace)
+        if pod.status.phase == "Running":
+            return pod
+        if time.monotonic() > deadline:
+            conditions = [(c.type, c.status, c.message) for c in pod.status.conditions or []]
+            pytest.fail(f"pod {name} not Running after {timeout:.0f} s: {conditions}")
+        time.sleep(0.5)
+
+
+def _scheduled_by(core: Any, namespace: str, name: str) -> set[str]:
+    events = core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name},reason=Scheduled"
+    ).items
+    return {e.reporting_component or (e.source.component if e.source else "") for e in events}
+
+
+def test_program_applied_in_dependency_order(applied: AppliedStack) -> None:
+    """Every declared resource was created, and each after the resources it depends on."""
+    engine = applied.engine
+    if engine is None:
+        pytest.skip("the real CLI orders resources itself")
+    assert engine.order, "nothing was applied"
+    assert {step.op for step in engine.steps} == {"create"}
+    position = {key: i for i, key in enumerate(engine.order)}
+    for key, dependencies in engine.dependencies.items():
+        for dependency in dependencies:
+            assert position[dependency] < position[key], f"{key} applied before {dependency}"
+
+
+def test_second_up_changes_nothing(applied: AppliedStack) -> None:
+    steps = applied.up()
+    assert steps, "the second up registered nothing"
+    assert [s for s in steps if s.op != "same"] == []
+
+
+def test_gpu_pod_is_admitted_bound_by_the_stack_scheduler_and_stays(
+    applied: AppliedStack, namespace: str
+) -> None:
+    core = _core(applied)
+    scheduler = applied.outputs["schedulerName"]
+    name = f"train-{uuid.uuid4().hex[:6]}"
+    core.create_namespaced_pod(namespace, _gpu_pod(name, scheduler))
+    pod = _wait_pod(core, namespace, name)
+    assert pod.spec.node_name in applied.gpu_nodes
+    assert _scheduled_by(core, namespace, name) == {scheduler}
+    time.sleep(SETTLE_SECONDS)
+    pod = core.read_namespaced_pod(name, namespace)
+    assert pod.metadata.deletion_timestamp is None, "the GPU pod was evicted"
+    assert pod.status.phase == "Running"
+
+
+def test_gpu_pod_without_the_scheduler_name_is_refused_by_the_gate(
+    applied: AppliedStack, namespace: str
+) -> None:
+    core = _core(applied)
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_pod(namespace, _gpu_pod("no-scheduler", None))
+    assert refused.value.status in (400, 403, 422)
+    assert "schedulerName" in str(refused.value.body)
+    assert applied.outputs["schedulerName"] in str(refused.value.body)
+
+
+def test_cpu_pods_never_land_on_gpu_nodes(applied: AppliedStack, namespace: str) -> None:
+    core = _core(applied)
+    names = [f"web-{i}" for i in range(6)]
+    for name in names:
+        core.create_namespaced_pod(
+            namespace,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "registry.invalid/web:1",
+                            "resources": {"requests": {"cpu": "100m"}},
+                        }
+                    ]
+                },
+            },
+        )
+    nodes = {_wait_pod(core, namespace, name).spec.node_name for name in names}
+    assert nodes and not nodes & set(applied.gpu_nodes)
+
+
+def test_the_stack_pods_run_and_its_processes_serve(applied: AppliedStack) -> None:
+    """Every pod the stack created is Running; the scheduler (and OPA) run as processes."""
+    core = _core(applied)
+    stack_pods = "app.kubernetes.io/part-of=gpu-cluster"
+    pods = core.list_pod_for_all_namespaces(label_selector=stack_pods).items
+    assert pods
+    assert {p.metadata.name: p.status.phase for p in pods} == {
+        p.metadata.name: "Running" for p in pods
+    }
+    assert applied.runtime is not None
+    assert all(p.process.running() for p in applied.runtime.processes.values())
+    assert any("kube-scheduler" in p.process.argv[0] for p in applied.runtime.processes.values())
+
+
+def test_destroy_removes_what_the_stack_added_and_nodes_are_as_before(
+    applied: AppliedStack,
+) -> None:
+    engine = applied.engine
+    created = [] if engine is None else list(engine.of_prefix("kubernetes:"))
+    created = [r for r in created if r.typ != HELM_RELEASE]
+    applied.destroy()
+    assert applied.node_state() == applied.nodes_before
+    if engine is not None and applied.stand_ins is not None:
+        assert engine.state == {}
+        objects = applied.stand_ins.kubernetes
+        assert [r.key for r in created if objects.exists(r)] == []
