@@ -1,13 +1,15 @@
 """OpaGate: admission control that rejects GPU pods not using the binpack scheduler.
 
 Two engines, one rule and one message:
-- `opa`: OPA 1.x + kube-mgmt behind a ValidatingWebhookConfiguration, with the Rego v1
-  policies from policies/ (GPU resource names and scheduler name reach them as data);
+- `opa`: OPA 1.x behind a ValidatingWebhookConfiguration, with the Rego v1 policies from
+  policies/ loaded at start-up from a mounted ConfigMap (GPU resource names and scheduler
+  name reach them as data); nothing pushes policies at run time, so a restarted OPA is
+  ready as soon as it has read its files;
 - `validating-admission-policy`: a native ValidatingAdmissionPolicy (CEL, GA since 1.30)
   with the same data written into its CEL; no webhook server at all.
 
 The module-level functions build what both the component and the live tests create
-(webhook, OPA arguments, policy ConfigMaps, the policy and its binding): one source of truth.
+(webhook, OPA arguments and files, the policy and its binding): one source of truth.
 
 Either way kube-system and the gate's own namespace carry openpolicyagent.org/webhook=ignore
 and are excluded, so the gate can never stop the cluster from restarting the gate itself.
@@ -37,11 +39,8 @@ FailurePolicy = Literal["Fail", "Ignore"]
 FAILURE_POLICIES: tuple[FailurePolicy, ...] = get_args(FailurePolicy)
 
 POLICY_DIR = Path(__file__).resolve().parent.parent / "policies"
-# Loaded by OPA at start-up from a mounted ConfigMap: who may call OPA, and when it is ready.
-STARTUP_POLICIES = ("authz", "health")
 IGNORE_LABEL = "openpolicyagent.org/webhook"
 OPA_PORT = 8443
-MGMT_PORT = 8181
 # Always gated, whatever the config adds: whole GPUs and MIG profiles.
 BASE_GPU_RESOURCES = ("nvidia.com/gpu",)
 BASE_GPU_PREFIXES = ("nvidia.com/mig-",)
@@ -49,8 +48,11 @@ BASE_GPU_PREFIXES = ("nvidia.com/mig-",)
 GATE_NAME = "gpu-scheduler-gate"
 WEBHOOK_NAME = "gpu-scheduler.gpu-cluster.io"
 GATE_CONFIG_FILE = "gate.json"
-MGMT_TOKEN_FILE = "token"
-MGMT_TOKEN_DATA_FILE = "token.json"
+# A mounted ConfigMap holds each key twice more, under the kubelet's `..data` link and its
+# timestamped `..<date>` directory; loading those as well redeclares every rule and OPA
+# refuses to start. Files named `..*` are skipped.
+# Ref: https://kubernetes.io/docs/concepts/configuration/configmap/#mounted-configmaps-are-updated-automatically
+CONFIGMAP_INTERNALS = "..*"
 
 
 def load_policies(directory: Path = POLICY_DIR) -> dict[str, str]:
@@ -78,54 +80,39 @@ def ignore_selector() -> dict[str, Any]:
     return {"matchExpressions": [{"key": IGNORE_LABEL, "operator": "NotIn", "values": ["ignore"]}]}
 
 
-def startup_policies(policies: Mapping[str, str]) -> dict[str, str]:
-    """{file name: source} OPA loads from its start-up directory: authz and health."""
-    return {f"{stem}.rego": policies[stem] for stem in STARTUP_POLICIES if stem in policies}
-
-
-def policy_config_maps(policies: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    """{ConfigMap name: data} of the policies kube-mgmt loads into OPA (one per policy)."""
-    return {
-        f"policy-{stem.replace('_', '-')}": {f"{stem}.rego": source}
-        for stem, source in policies.items()
-        if stem not in STARTUP_POLICIES
-    }
-
-
-def mgmt_token_data(token: str) -> dict[str, str]:
-    """The management token Secret's files: raw for kube-mgmt, JSON for OPA's data."""
-    return {MGMT_TOKEN_FILE: token, MGMT_TOKEN_DATA_FILE: json.dumps({"token": token})}
+def policy_files(policies: Mapping[str, str]) -> dict[str, str]:
+    """{file name: Rego source} of the one ConfigMap OPA loads at start-up: every policy."""
+    return {f"{stem}.rego": source for stem, source in sorted(policies.items())}
 
 
 def opa_run_args(
     *,
     https_addr: str = f"0.0.0.0:{OPA_PORT}",
-    mgmt_addr: str = f"127.0.0.1:{MGMT_PORT}",
     certs_dir: str = "/certs",
-    startup_dir: str = "/startup",
+    policy_dir: str = "/policies",
     config_dir: str = "/config",
-    mgmt_dir: str = "/mgmt",
 ) -> list[str]:
-    """`opa` arguments: HTTPS for the API server, token-guarded management on loopback.
+    """`opa` arguments: HTTPS for the API server, policies and data read once at start.
 
-    The directories hold the serving Secret (tls.crt, tls.key), startup_policies(),
-    the gate data (gate.json) and mgmt_token_data(); OPA reads them at start.
+    The directories hold the serving Secret (tls.crt, tls.key), policy_files() and the gate
+    data (gate.json). They are not watched: a change of any of them changes the pod
+    template's checksum, so the Deployment rolls out OPA pods that read the new files, one
+    readiness-checked replica at a time, rather than each replica reloading on its own.
+    Authorization (policies/authz.rego) leaves anonymous callers, the API server and the
+    kubelet, the webhook decision and /health only; there is no management API to protect.
     """
     return [
         "run",
         "--server",
         f"--addr=https://{https_addr}",
-        # Management API for kube-mgmt: loopback only, and token-protected.
-        f"--addr=http://{mgmt_addr}",
         f"--tls-cert-file={certs_dir}/tls.crt",
         f"--tls-private-key-file={certs_dir}/tls.key",
-        "--authentication=token",
         "--authorization=basic",
         "--skip-version-check",
         "--log-format=json",
-        startup_dir,
+        f"--ignore={CONFIGMAP_INTERNALS}",
+        policy_dir,
         f"gpu_cluster.config:{config_dir}/{GATE_CONFIG_FILE}",
-        f"gpu_cluster.mgmt:{mgmt_dir}/{MGMT_TOKEN_DATA_FILE}",
     ]
 
 
@@ -274,8 +261,6 @@ class OpaGateArgs:
     """OPA replicas (engine opa)."""
     opa_image: str = "openpolicyagent/opa:1.22.2"
     """OPA 1.x image."""
-    kube_mgmt_image: str = "openpolicyagent/kube-mgmt:9.3.0"
-    """kube-mgmt sidecar image (a major that supports OPA 1.x)."""
     policies: Mapping[str, str] = field(default_factory=load_policies)
     """{name: Rego source}; defaults to policies/*.rego without tests."""
 
@@ -398,24 +383,10 @@ class OpaGate(pulumi.ComponentResource):
             string_data={"tls.crt": cert.cert_pem, "tls.key": key.private_key_pem},
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
         )
-        # Bearer token for the management API: random bytes held (as a secret) in state,
-        # derived from a key pair so no extra provider is needed; stable across runs.
-        token_key = tls.PrivateKey(
-            f"{name}-mgmt-token", algorithm="ED25519", opts=pulumi.ResourceOptions(parent=self)
-        )
-        token = token_key.private_key_pem.apply(
-            lambda pem: hashlib.sha256(pem.encode()).hexdigest()
-        )
-        mgmt = k8s.core.v1.Secret(
-            f"{name}-mgmt-token",
-            metadata=self._meta("opa-mgmt-token"),
-            string_data=token.apply(mgmt_token_data),
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
-        )
-        startup = k8s.core.v1.ConfigMap(
-            f"{name}-startup-policies",
-            metadata=self._meta("opa-startup-policies"),
-            data=startup_policies(args.policies),
+        policy_map = k8s.core.v1.ConfigMap(
+            f"{name}-policies",
+            metadata=self._meta("opa-policies"),
+            data=policy_files(args.policies),
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
         )
         gate_config = k8s.core.v1.ConfigMap(
@@ -424,59 +395,18 @@ class OpaGate(pulumi.ComponentResource):
             data={GATE_CONFIG_FILE: config.apply(lambda c: json.dumps(c, sort_keys=True))},
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
         )
-        # kube-mgmt loads every ConfigMap in the namespace with this label into OPA.
-        policy_maps = [
-            k8s.core.v1.ConfigMap(
-                f"{name}-{map_name}",
-                metadata=self._meta(
-                    map_name, labels={**self._labels, "openpolicyagent.org/policy": "rego"}
-                ),
-                data=data,
-                opts=pulumi.ResourceOptions.merge(
-                    child, pulumi.ResourceOptions(depends_on=exclusions)
-                ),
-            )
-            for map_name, data in policy_config_maps(args.policies).items()
-        ]
+        # OPA reads only its mounted files: its identity needs no API access and no token.
         account = k8s.core.v1.ServiceAccount(
             f"{name}-sa",
             metadata=self._meta("opa"),
+            automount_service_account_token=False,
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
-        )
-        # kube-mgmt reads the policy ConfigMaps and writes their status annotation; that is all.
-        role = k8s.rbac.v1.Role(
-            f"{name}-kube-mgmt",
-            metadata=self._meta("opa-kube-mgmt"),
-            rules=[
-                {
-                    "apiGroups": [""],
-                    "resources": ["configmaps"],
-                    "verbs": ["get", "list", "watch", "update", "patch"],
-                }
-            ],
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
-        )
-        binding = k8s.rbac.v1.RoleBinding(
-            f"{name}-kube-mgmt",
-            metadata=self._meta("opa-kube-mgmt"),
-            role_ref={
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": role.metadata.name,
-            },
-            subjects=[
-                {
-                    "kind": "ServiceAccount",
-                    "name": account.metadata.name,
-                    "namespace": args.namespace,
-                }
-            ],
-            opts=child,
         )
         selector = {"app.kubernetes.io/name": "opa"}
         https = {"scheme": "HTTPS", "port": OPA_PORT}
         pod_spec: Any = {
             "serviceAccountName": account.metadata.name,
+            "automountServiceAccountToken": False,
             "securityContext": {
                 "runAsNonRoot": True,
                 "runAsUser": 1000,
@@ -505,36 +435,15 @@ class OpaGate(pulumi.ComponentResource):
                     },
                     "volumeMounts": [
                         {"name": "certs", "mountPath": "/certs", "readOnly": True},
-                        {"name": "startup", "mountPath": "/startup", "readOnly": True},
+                        {"name": "policies", "mountPath": "/policies", "readOnly": True},
                         {"name": "config", "mountPath": "/config", "readOnly": True},
-                        {"name": "mgmt", "mountPath": "/mgmt", "readOnly": True},
                     ],
-                },
-                {
-                    "name": "kube-mgmt",
-                    "image": args.kube_mgmt_image,
-                    "args": [
-                        f"--opa-url=http://127.0.0.1:{MGMT_PORT}/v1",
-                        f"--opa-auth-token-file=/mgmt/{MGMT_TOKEN_FILE}",
-                        f"--namespaces={args.namespace}",
-                        "--enable-policies=true",
-                        "--enable-data=false",
-                        "--require-policy-label=true",
-                    ],
-                    "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}},
-                    "securityContext": {
-                        "allowPrivilegeEscalation": False,
-                        "readOnlyRootFilesystem": True,
-                        "capabilities": {"drop": ["ALL"]},
-                    },
-                    "volumeMounts": [{"name": "mgmt", "mountPath": "/mgmt", "readOnly": True}],
                 },
             ],
             "volumes": [
                 {"name": "certs", "secret": {"secretName": serving.metadata.name}},
-                {"name": "startup", "configMap": {"name": startup.metadata.name}},
+                {"name": "policies", "configMap": {"name": policy_map.metadata.name}},
                 {"name": "config", "configMap": {"name": gate_config.metadata.name}},
-                {"name": "mgmt", "secret": {"secretName": mgmt.metadata.name}},
             ],
         }
         deployment = k8s.apps.v1.Deployment(
@@ -546,10 +455,11 @@ class OpaGate(pulumi.ComponentResource):
                 "template": {
                     "metadata": {
                         "labels": {**self._labels, **selector},
-                        # New certificates or config restart OPA (it reads them at start).
+                        # OPA reads its files once: new certificates, policies or config
+                        # roll the Deployment.
                         "annotations": {
                             "gpu-cluster.io/inputs-sha256": pulumi.Output.all(
-                                cert.cert_pem, config
+                                cert.cert_pem, config, policy_files(args.policies)
                             ).apply(
                                 lambda v: hashlib.sha256(
                                     json.dumps(v, sort_keys=True).encode()
@@ -560,9 +470,7 @@ class OpaGate(pulumi.ComponentResource):
                     "spec": pod_spec,
                 },
             },
-            opts=pulumi.ResourceOptions.merge(
-                child, pulumi.ResourceOptions(depends_on=[binding, *policy_maps])
-            ),
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
         )
         service = k8s.core.v1.Service(
             f"{name}-service",

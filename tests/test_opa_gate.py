@@ -107,21 +107,35 @@ def test_opa_gate_webhook_is_registered_after_opa_and_exclusions() -> None:
     assert needed <= set(webhook.dependencies)
 
 
-def test_opa_gate_policies_reach_configmaps_without_tests() -> None:
+def test_opa_gate_policies_reach_one_configmap_without_tests() -> None:
     recording = _make_gate()
     maps = _config_maps(recording)
-    labelled = {
-        n
-        for n, c in maps.items()
-        if c["metadata"]["labels"].get("openpolicyagent.org/policy") == "rego"
+    assert set(maps) == {"opa-policies", "gpu-gate-config"}
+    assert set(maps["opa-policies"]["data"]) == {
+        "admission.rego",
+        "authz.rego",
+        "gpu_scheduler.rego",
+        "health.rego",
     }
-    assert labelled == {"policy-admission", "policy-gpu-scheduler"}
-    assert set(maps["opa-startup-policies"]["data"]) == {"authz.rego", "health.rego"}
-    assert not any("_test" in key for c in maps.values() for key in c["data"])
-    assert (
-        maps["policy-gpu-scheduler"]["data"]["gpu_scheduler.rego"]
-        == load_policies()["gpu_scheduler"]
-    )
+    assert maps["opa-policies"]["data"]["gpu_scheduler.rego"] == load_policies()["gpu_scheduler"]
+
+
+def test_opa_gate_opa_loads_the_mounted_policies_and_config_at_start() -> None:
+    recording = _make_gate()
+    (deployment,) = recording.of_type("kubernetes:apps/v1:Deployment")
+    pod = deployment.inputs["spec"]["template"]["spec"]
+    (opa,) = pod["containers"]
+    mounts = {m["name"]: m["mountPath"] for m in opa["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["policies"]["configMap"]["name"] == "opa-policies"
+    assert volumes["config"]["configMap"]["name"] == "gpu-gate-config"
+    assert opa["args"] == opa_run_args()
+    # The directory and the config file OPA loads are the ones mounted.
+    assert mounts["policies"] in opa["args"]
+    assert f"gpu_cluster.config:{mounts['config']}/gate.json" in opa["args"]
+    # The kubelet's ..data link and timestamped directory are not loaded a second time.
+    assert "--ignore=..*" in opa["args"]
+    assert not any(a.startswith("--watch") for a in opa["args"])
 
 
 def test_opa_gate_config_is_data_not_rego() -> None:
@@ -135,49 +149,54 @@ def test_opa_gate_config_is_data_not_rego() -> None:
     assert not any("gpu-pack" in source for source in load_policies().values())
 
 
-def test_opa_gate_management_api_is_loopback_only() -> None:
+def test_opa_gate_opa_serves_only_https_with_authorization() -> None:
     recording = _make_gate()
     (deployment,) = recording.of_type("kubernetes:apps/v1:Deployment")
-    opa = deployment.inputs["spec"]["template"]["spec"]["containers"][0]
-    addrs = [a for a in opa["args"] if a.startswith("--addr=")]
-    assert addrs == ["--addr=https://0.0.0.0:8443", "--addr=http://127.0.0.1:8181"]
-    assert {"--authentication=token", "--authorization=basic"} <= set(opa["args"])
+    (opa,) = deployment.inputs["spec"]["template"]["spec"]["containers"]
+    assert [a for a in opa["args"] if a.startswith("--addr=")] == ["--addr=https://0.0.0.0:8443"]
+    assert "--authorization=basic" in opa["args"]
     assert opa["readinessProbe"]["httpGet"] == {
         "scheme": "HTTPS",
         "port": 8443,
         "path": "/health/ready",
     }
     assert opa["image"].startswith("openpolicyagent/opa:1.")
-    assert opa["args"] == opa_run_args()
 
 
-def test_opa_gate_kube_mgmt_and_opa_share_the_management_token() -> None:
+def test_opa_gate_opa_runs_alone_without_api_access() -> None:
     recording = _make_gate()
     (deployment,) = recording.of_type("kubernetes:apps/v1:Deployment")
-    opa, kube_mgmt = deployment.inputs["spec"]["template"]["spec"]["containers"]
-    (secret,) = [
-        s for s in recording.of_type("kubernetes:core/v1:Secret") if s.name == "gate-mgmt-token"
-    ]
-    assert "stringData" in secret.secret_inputs
-    token = secret.inputs["stringData"]["value"]  # the whole map is one secret
-    assert json.loads(token["token.json"]) == {"token": token["token"]}
-    assert len(token["token"]) == 64
-    assert "--opa-auth-token-file=/mgmt/token" in kube_mgmt["args"]
-    assert "gpu_cluster.mgmt:/mgmt/token.json" in opa["args"]
+    pod = deployment.inputs["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["opa"]
+    (account,) = recording.of_type("kubernetes:core/v1:ServiceAccount")
+    assert pod["serviceAccountName"] == account.inputs["metadata"]["name"]
+    assert account.inputs["automountServiceAccountToken"] is False
+    assert pod["automountServiceAccountToken"] is False
+    rbac = [r for r in recording.resources if r.typ.startswith("kubernetes:rbac.")]
+    assert rbac == []
+    secrets = [s.inputs["metadata"]["name"] for s in recording.of_type("kubernetes:core/v1:Secret")]
+    assert secrets == ["opa-serving"]
 
 
-def test_opa_gate_rbac_is_configmaps_in_its_namespace() -> None:
-    recording = _make_gate()
-    (role,) = recording.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
-    assert role.inputs["metadata"]["namespace"] == "gpu-admission"
-    assert role.inputs["rules"] == [
-        {
-            "apiGroups": [""],
-            "resources": ["configmaps"],
-            "verbs": ["get", "list", "watch", "update", "patch"],
-        }
-    ]
-    assert recording.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding") == []
+def _inputs_checksum(recording: Recording) -> str:
+    (deployment,) = recording.of_type("kubernetes:apps/v1:Deployment")
+    annotations = deployment.inputs["spec"]["template"]["metadata"]["annotations"]
+    checksum: str = annotations["gpu-cluster.io/inputs-sha256"]
+    return checksum
+
+
+def test_opa_gate_policy_change_rolls_opa() -> None:
+    # OPA reads its files only at start, so new policies must restart its pods.
+    policies = load_policies()
+    changed = {**policies, "gpu_scheduler": policies["gpu_scheduler"] + "\n# changed\n"}
+    same = _inputs_checksum(_make_gate(policies=policies))
+    assert _inputs_checksum(_make_gate(policies=dict(policies))) == same
+    assert _inputs_checksum(_make_gate(policies=changed)) != same
+
+
+def test_opa_gate_config_change_rolls_opa() -> None:
+    before = _inputs_checksum(_make_gate(scheduler_name="gpu-pack"))
+    assert _inputs_checksum(_make_gate(scheduler_name="gpu-pack-2")) != before
 
 
 def test_opa_gate_native_engine_has_no_webhook_server() -> None:
