@@ -11,8 +11,9 @@ Two engines, one rule and one message:
 The module-level functions build what both the component and the live tests create
 (webhook, OPA arguments and files, the policy and its binding): one source of truth.
 
-Either way kube-system and the gate's own namespace carry openpolicyagent.org/webhook=ignore
-and are excluded, so the gate can never stop the cluster from restarting the gate itself.
+Either way kube-system and the gate's own namespace are excluded by name (the immutable
+kubernetes.io/metadata.name label), so the gate can never stop the cluster from restarting
+the gate itself, and no one who can label a namespace can take it out of the gate.
 """
 
 from __future__ import annotations
@@ -39,13 +40,17 @@ FailurePolicy = Literal["Fail", "Ignore"]
 FAILURE_POLICIES: tuple[FailurePolicy, ...] = get_args(FailurePolicy)
 
 POLICY_DIR = Path(__file__).resolve().parent.parent / "policies"
-IGNORE_LABEL = "openpolicyagent.org/webhook"
+# Set by the API server on every namespace to the namespace's name; it cannot be changed.
+# Ref: https://kubernetes.io/docs/reference/labels-annotations-taints/#kubernetes-io-metadata-name
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 OPA_PORT = 8443
 # Always gated, whatever the config adds: whole GPUs and MIG profiles.
 BASE_GPU_RESOURCES = ("nvidia.com/gpu",)
 BASE_GPU_PREFIXES = ("nvidia.com/mig-",)
 # Name of the ValidatingWebhookConfiguration, ValidatingAdmissionPolicy and its binding.
 GATE_NAME = "gpu-scheduler-gate"
+# The gate's namespace when none is given (OpaGateArgs.namespace's default).
+DEFAULT_GATE_NAMESPACE = "gpu-admission"
 WEBHOOK_NAME = "gpu-scheduler.gpu-cluster.io"
 GATE_CONFIG_FILE = "gate.json"
 # A mounted ConfigMap holds each key twice more, under the kubelet's `..data` link and its
@@ -75,9 +80,26 @@ def gate_data(
     }
 
 
-def ignore_selector() -> dict[str, Any]:
-    """Namespace selector of both engines: every namespace not labelled ignore."""
-    return {"matchExpressions": [{"key": IGNORE_LABEL, "operator": "NotIn", "values": ["ignore"]}]}
+def excluded_namespaces(gate_namespace: str) -> list[str]:
+    """The namespaces neither engine judges: kube-system and the gate's own."""
+    return sorted({"kube-system", gate_namespace})
+
+
+def namespace_selector(gate_namespace: str) -> dict[str, Any]:
+    """Namespace selector of both engines: every namespace but excluded_namespaces(), by name.
+
+    A selector on a label anyone may set (such as openpolicyagent.org/webhook=ignore) lets
+    whoever can create or label a namespace bypass the gate; the name label cannot be set.
+    """
+    return {
+        "matchExpressions": [
+            {
+                "key": NAMESPACE_NAME_LABEL,
+                "operator": "NotIn",
+                "values": excluded_namespaces(gate_namespace),
+            }
+        ]
+    }
 
 
 def policy_files(policies: Mapping[str, str]) -> dict[str, str]:
@@ -119,6 +141,7 @@ def opa_run_args(
 def webhook_spec(
     *,
     client_config: Mapping[str, Any],
+    gate_namespace: str = DEFAULT_GATE_NAMESPACE,
     failure_policy: FailurePolicy = "Fail",
     timeout_seconds: int = 5,
 ) -> dict[str, Any]:
@@ -131,7 +154,7 @@ def webhook_spec(
         "failurePolicy": failure_policy,
         "timeoutSeconds": timeout_seconds,
         "matchPolicy": "Equivalent",
-        "namespaceSelector": ignore_selector(),
+        "namespaceSelector": namespace_selector(gate_namespace),
         "rules": [
             {
                 "operations": ["CREATE"],
@@ -164,7 +187,10 @@ _CEL_SMALLEST = "{l}.filter(x, {l}.all(y, x <= y))[0]"
 
 
 def admission_policy_spec(
-    config: Mapping[str, Any], failure_policy: FailurePolicy = "Fail"
+    config: Mapping[str, Any],
+    failure_policy: FailurePolicy = "Fail",
+    *,
+    gate_namespace: str = DEFAULT_GATE_NAMESPACE,
 ) -> dict[str, Any]:
     """The ValidatingAdmissionPolicy: policies/gpu_scheduler.rego's rule and message in CEL.
 
@@ -201,7 +227,7 @@ def admission_policy_spec(
     return {
         "failurePolicy": failure_policy,
         "matchConstraints": {
-            "namespaceSelector": ignore_selector(),
+            "namespaceSelector": namespace_selector(gate_namespace),
             "resourceRules": [
                 {
                     "operations": ["CREATE"],
@@ -228,12 +254,14 @@ def admission_policy_spec(
     }
 
 
-def admission_policy_binding_spec(policy_name: Any = GATE_NAME) -> dict[str, Any]:
-    """The binding: enforce (Deny) everywhere but in namespaces labelled ignore."""
+def admission_policy_binding_spec(
+    policy_name: Any = GATE_NAME, *, gate_namespace: str = DEFAULT_GATE_NAMESPACE
+) -> dict[str, Any]:
+    """The binding: enforce (Deny) everywhere but in excluded_namespaces()."""
     return {
         "policyName": policy_name,
         "validationActions": ["Deny"],
-        "matchResources": {"namespaceSelector": ignore_selector()},
+        "matchResources": {"namespaceSelector": namespace_selector(gate_namespace)},
     }
 
 
@@ -291,19 +319,13 @@ class OpaGate(pulumi.ComponentResource):
 
         namespace = k8s.core.v1.Namespace(
             f"{name}-namespace",
-            metadata={"name": args.namespace, "labels": {**self._labels, IGNORE_LABEL: "ignore"}},
-            opts=self._child,
-        )
-        # Server-side apply owns just this label; destroy removes only it.
-        kube_system = k8s.core.v1.NamespacePatch(
-            f"{name}-kube-system-label",
-            metadata={"name": "kube-system", "labels": {IGNORE_LABEL: "ignore"}},
+            metadata={"name": args.namespace, "labels": self._labels},
             opts=self._child,
         )
         config = pulumi.Output.all(args.scheduler_name, args.gpu_resources).apply(
             lambda v: gate_data(v[0], v[1], args.gpu_resource_prefixes)
         )
-        exclusions: list[pulumi.Resource] = [namespace, kube_system]
+        exclusions: list[pulumi.Resource] = [namespace]
         if args.engine == "opa":
             ca_pem, policy_name = self._opa(config, exclusions)
         else:
@@ -482,7 +504,7 @@ class OpaGate(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
         )
         # Registered last: only once the Deployment is ready (its readiness means the
-        # policy is loaded) and both excluded namespaces carry the ignore label.
+        # policy is loaded).
         webhook = k8s.admissionregistration.v1.ValidatingWebhookConfiguration(
             f"{name}-webhook",
             metadata={"name": GATE_NAME, "labels": self._labels},
@@ -499,6 +521,7 @@ class OpaGate(pulumi.ComponentResource):
                             "port": 443,
                         },
                     },
+                    gate_namespace=args.namespace,
                     failure_policy=args.failure_policy,
                     timeout_seconds=args.timeout_seconds,
                 )
@@ -518,13 +541,17 @@ class OpaGate(pulumi.ComponentResource):
         policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
             f"{name}-policy",
             metadata={"name": GATE_NAME, "labels": self._labels},
-            spec=config.apply(lambda c: admission_policy_spec(c, args.failure_policy)),
+            spec=config.apply(
+                lambda c: admission_policy_spec(
+                    c, args.failure_policy, gate_namespace=args.namespace
+                )
+            ),
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
         )
         binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
             f"{name}-binding",
             metadata={"name": GATE_NAME, "labels": self._labels},
-            spec=admission_policy_binding_spec(policy.metadata.name),
+            spec=admission_policy_binding_spec(policy.metadata.name, gate_namespace=args.namespace),
             opts=child,
         )
         return binding.metadata.apply(lambda m: m.name)

@@ -6,16 +6,18 @@ tests/integration/test_opa_gate_live.py proves both engines against a real kube-
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from typing import Any
 
 from components import ClusterAccess, OpaGate, OpaGateArgs
 from components.opa_gate import (
+    DEFAULT_GATE_NAMESPACE,
     admission_policy_binding_spec,
     admission_policy_spec,
     gate_data,
-    ignore_selector,
     load_policies,
+    namespace_selector,
     opa_run_args,
 )
 from tests.conftest import Recording, register
@@ -71,26 +73,66 @@ def test_opa_gate_tls_key_is_a_secret_input() -> None:
     assert "stringData" in serving.secret_inputs
 
 
-def test_opa_gate_labels_its_namespace_and_kube_system_ignore() -> None:
+BY_NAME = {
+    "matchExpressions": [
+        {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["gpu-admission", "kube-system"],
+        }
+    ]
+}
+
+
+def test_opa_gate_touches_no_namespace_it_did_not_create() -> None:
     recording = _make_gate()
+    assert recording.of_type("kubernetes:core/v1:NamespacePatch") == []
     (namespace,) = recording.of_type("kubernetes:core/v1:Namespace")
-    assert namespace.inputs["metadata"]["labels"]["openpolicyagent.org/webhook"] == "ignore"
-    (patch,) = recording.of_type("kubernetes:core/v1:NamespacePatch")
-    assert patch.inputs["metadata"] == {
-        "name": "kube-system",
-        "labels": {"openpolicyagent.org/webhook": "ignore"},
-    }
+    assert namespace.inputs["metadata"]["name"] == "gpu-admission"
+    assert "openpolicyagent.org/webhook" not in namespace.inputs["metadata"]["labels"]
 
 
-def test_opa_gate_webhook_skips_ignored_namespaces_and_uses_config() -> None:
+def test_opa_gate_webhook_excludes_namespaces_by_name_only() -> None:
+    recording = _make_gate(namespace="gpu-admission")
+    (webhook,) = recording.of_type(WEBHOOK)
+    assert webhook.inputs["webhooks"][0]["namespaceSelector"] == BY_NAME
+
+
+def test_opa_gate_webhook_excludes_its_own_namespace() -> None:
+    recording = _make_gate(namespace="gate-ns")
+    (webhook,) = recording.of_type(WEBHOOK)
+    (expression,) = webhook.inputs["webhooks"][0]["namespaceSelector"]["matchExpressions"]
+    assert expression["values"] == ["gate-ns", "kube-system"]
+
+
+def test_opa_gate_native_engine_excludes_namespaces_by_name_only() -> None:
+    recording = _make_gate(engine="validating-admission-policy", namespace="gpu-admission")
+    (policy,) = recording.of_type(VAP)
+    (binding,) = recording.of_type(VAP_BINDING)
+    assert policy.inputs["spec"]["matchConstraints"]["namespaceSelector"] == BY_NAME
+    assert binding.inputs["spec"]["matchResources"]["namespaceSelector"] == BY_NAME
+
+
+def test_opa_gate_native_engine_excludes_its_own_namespace() -> None:
+    recording = _make_gate(engine="validating-admission-policy", namespace="gate-ns")
+    (binding,) = recording.of_type(VAP_BINDING)
+    (expression,) = binding.inputs["spec"]["matchResources"]["namespaceSelector"][
+        "matchExpressions"
+    ]
+    assert expression["values"] == ["gate-ns", "kube-system"]
+
+
+def test_opa_gate_spec_functions_default_to_the_components_namespace() -> None:
+    # The spec builders' default must be the namespace OpaGate creates by default.
+    (default,) = [f.default for f in dataclasses.fields(OpaGateArgs) if f.name == "namespace"]
+    assert default == DEFAULT_GATE_NAMESPACE
+    assert namespace_selector(DEFAULT_GATE_NAMESPACE) == BY_NAME
+
+
+def test_opa_gate_webhook_uses_config() -> None:
     recording = _make_gate(failure_policy="Ignore", timeout_seconds=3)
     (webhook,) = recording.of_type(WEBHOOK)
     hook = webhook.inputs["webhooks"][0]
-    assert hook["namespaceSelector"] == {
-        "matchExpressions": [
-            {"key": "openpolicyagent.org/webhook", "operator": "NotIn", "values": ["ignore"]}
-        ]
-    }
     assert (hook["failurePolicy"], hook["timeoutSeconds"]) == ("Ignore", 3)
     assert hook["rules"][0]["operations"] == ["CREATE"]
     assert hook["rules"][0]["resources"] == ["pods"]
@@ -102,7 +144,6 @@ def test_opa_gate_webhook_is_registered_after_opa_and_exclusions() -> None:
     needed = {
         recording.named("gate-opa").urn,
         recording.named("gate-namespace").urn,
-        recording.named("gate-kube-system-label").urn,
     }
     assert needed <= set(webhook.dependencies)
 
@@ -206,9 +247,11 @@ def test_opa_gate_native_engine_has_no_webhook_server() -> None:
     assert recording.of_type("tls:index/privateKey:PrivateKey") == []
     (policy,) = recording.of_type(VAP)
     (binding,) = recording.of_type(VAP_BINDING)
-    assert binding.inputs["spec"] == admission_policy_binding_spec("gpu-scheduler-gate")
+    assert binding.inputs["spec"] == admission_policy_binding_spec(
+        "gpu-scheduler-gate", gate_namespace="gpu-admission"
+    )
     assert binding.inputs["spec"]["validationActions"] == ["Deny"]
-    assert policy.inputs["spec"]["matchConstraints"]["namespaceSelector"] == ignore_selector()
+    assert policy.inputs["spec"]["failurePolicy"] == "Fail"
 
 
 def test_opa_gate_native_engine_writes_gate_data_into_the_policy() -> None:
@@ -218,7 +261,7 @@ def test_opa_gate_native_engine_writes_gate_data_into_the_policy() -> None:
     (policy,) = recording.of_type(VAP)
     spec = policy.inputs["spec"]
     assert spec == admission_policy_spec(
-        gate_data("gpu-pack", ["example.com/dongle"], []), "Ignore"
+        gate_data("gpu-pack", ["example.com/dongle"], []), "Ignore", gate_namespace="gpu-admission"
     )
     variables = {v["name"]: v["expression"] for v in spec["variables"]}
     assert variables["requiredScheduler"] == '"gpu-pack"'

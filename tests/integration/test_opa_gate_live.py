@@ -34,7 +34,6 @@ from components.opa_gate import (
     ADMISSION_ENGINES,
     GATE_CONFIG_FILE,
     GATE_NAME,
-    IGNORE_LABEL,
     WEBHOOK_NAME,
     admission_policy_binding_spec,
     admission_policy_spec,
@@ -50,6 +49,10 @@ from tools.harness.certs import CertificateAuthority, write_private
 
 SCHEDULER = "gpu-binpack-scheduler"
 GATE_CONFIG = gate_data(SCHEDULER, ["example.com/dongle"], [])
+# The gate's own namespace in these tests: excluded by name, like kube-system.
+GATE_NAMESPACE = f"gate-own-{uuid.uuid4().hex[:8]}"
+# The label both engines used to skip; anyone who may label a namespace can set it.
+BYPASS_LABEL = {"openpolicyagent.org/webhook": "ignore"}
 LOOPBACK = "127.0.0.1"
 CPU = {"cpu": "1"}
 GPU = {"cpu": "1", "nvidia.com/gpu": "1"}
@@ -84,7 +87,10 @@ class OpaServer:
 @dataclass(frozen=True)
 class Namespaces:
     gated: str
-    ignored: str
+    labelled: str
+    """Carries BYPASS_LABEL."""
+    own: str
+    """The gate's own namespace."""
 
 
 def _http(request: urllib.request.Request, context: ssl.SSLContext | None = None) -> int:
@@ -224,18 +230,26 @@ def _denied_by(engine: str, outcome: str | None) -> bool:
 @pytest.fixture(scope="module")
 def namespaces(control_plane: LocalControlPlane) -> Iterator[Namespaces]:
     suffix = uuid.uuid4().hex[:8]
-    made = Namespaces(gated=f"gate-team-{suffix}", ignored=f"gate-ignored-{suffix}")
-    control_plane.create_namespace(made.gated)
-    control_plane.create_namespace(made.ignored)
-    control_plane.request(
-        "PATCH",
-        f"/api/v1/namespaces/{made.ignored}",
-        {"metadata": {"labels": {IGNORE_LABEL: "ignore"}}},
+    made = Namespaces(
+        gated=f"gate-team-{suffix}", labelled=f"gate-labelled-{suffix}", own=GATE_NAMESPACE
     )
+    for name in (made.gated, made.labelled, made.own):
+        control_plane.create_namespace(name)
+    control_plane.request(
+        "PATCH", f"/api/v1/namespaces/{made.labelled}", {"metadata": {"labels": BYPASS_LABEL}}
+    )
+    # kube-system exists, but without kube-controller-manager nothing gives it the
+    # `default` ServiceAccount pods are admitted with; a real cluster has it.
+    with contextlib.suppress(urllib.error.HTTPError):
+        control_plane.request(
+            "POST",
+            "/api/v1/namespaces/kube-system/serviceaccounts",
+            {"metadata": {"name": "default"}},
+        )
     try:
         yield made
     finally:
-        for name in (made.gated, made.ignored):
+        for name in (made.gated, made.labelled, made.own):
             with contextlib.suppress(urllib.error.HTTPError):
                 control_plane.request("DELETE", f"/api/v1/namespaces/{name}")
 
@@ -244,6 +258,7 @@ def namespaces(control_plane: LocalControlPlane) -> Iterator[Namespaces]:
 def _webhook_engine(cp: LocalControlPlane, opa: OpaServer) -> Iterator[None]:
     path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
     hook = webhook_spec(
+        gate_namespace=GATE_NAMESPACE,
         client_config={
             "url": f"{opa.url}/",
             "caBundle": base64.b64encode(opa.ca_pem).decode(),
@@ -261,8 +276,14 @@ def _webhook_engine(cp: LocalControlPlane, opa: OpaServer) -> Iterator[None]:
 @contextlib.contextmanager
 def _policy_engine(cp: LocalControlPlane) -> Iterator[None]:
     api = "/apis/admissionregistration.k8s.io/v1"
-    policy = {"metadata": {"name": GATE_NAME}, "spec": admission_policy_spec(GATE_CONFIG)}
-    binding = {"metadata": {"name": GATE_NAME}, "spec": admission_policy_binding_spec()}
+    policy = {
+        "metadata": {"name": GATE_NAME},
+        "spec": admission_policy_spec(GATE_CONFIG, gate_namespace=GATE_NAMESPACE),
+    }
+    binding = {
+        "metadata": {"name": GATE_NAME},
+        "spec": admission_policy_binding_spec(gate_namespace=GATE_NAMESPACE),
+    }
     cp.request("POST", f"{api}/validatingadmissionpolicies", policy)
     try:
         cp.request("POST", f"{api}/validatingadmissionpolicybindings", binding)
@@ -342,11 +363,19 @@ def test_opa_gate_live_admits_cpu_only_pod(
     assert _create(api_client, namespaces.gated, pod) is None
 
 
-def test_opa_gate_live_admits_gpu_pod_in_ignored_namespace(
+def test_opa_gate_live_label_does_not_bypass_the_gate(
     engine: str, api_client: Any, namespaces: Namespaces
 ) -> None:
-    pod = _pod("train-2", GPU)
-    assert _create(api_client, namespaces.ignored, pod) is None
+    outcome = _create(api_client, namespaces.labelled, _pod("train-2", GPU))
+    assert _denied_by(engine, outcome), f"{engine} let a labelled namespace through: {outcome}"
+
+
+@pytest.mark.parametrize("excluded", ["own", "kube-system"])
+def test_opa_gate_live_admits_gpu_pod_in_excluded_namespace(
+    engine: str, api_client: Any, namespaces: Namespaces, excluded: str
+) -> None:
+    namespace = namespaces.own if excluded == "own" else "kube-system"
+    assert _create(api_client, namespace, _pod("train-3", GPU)) is None
 
 
 # OPA answers this fast once its files are read; the kubelet probes every 5 s.
