@@ -44,6 +44,10 @@ POLICY_DIR = Path(__file__).resolve().parent.parent / "policies"
 # Ref: https://kubernetes.io/docs/reference/labels-annotations-taints/#kubernetes-io-metadata-name
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 OPA_PORT = 8443
+# Built in, and usable outside kube-system since Kubernetes 1.17 (unless the cluster limits
+# it with a ResourceQuota admission configuration); the class cluster add-ons run with.
+# Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/pod-priority-preemption/
+OPA_PRIORITY_CLASS = "system-cluster-critical"
 # Always gated, whatever the config adds: whole GPUs and MIG profiles.
 BASE_GPU_RESOURCES = ("nvidia.com/gpu",)
 BASE_GPU_PREFIXES = ("nvidia.com/mig-",)
@@ -138,14 +142,111 @@ def opa_run_args(
     ]
 
 
+def _cel_literal(value: str | Sequence[str]) -> str:
+    # JSON strings and lists of strings are valid CEL literals.
+    return json.dumps(value if isinstance(value, str) else list(value))
+
+
+# Every container of the pod under review, in CEL.
+_CEL_CONTAINERS = (
+    "object.spec.containers"
+    " + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
+    " + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])"
+)
+
+
+def _cel_gpu_names(section: str, resources: str, prefixes: str) -> str:
+    """CEL: the GPU resources container `c` asks for in `section`, quantity above zero."""
+    return (
+        f"(has(c.resources.{section}) ? c.resources.{section}.filter(r,"
+        f" (r in {resources} || {prefixes}.exists(p, r.startsWith(p)))"
+        f" && quantity(string(c.resources.{section}[r])).isGreaterThan(quantity('0'))) : [])"
+    )
+
+
+def _cel_gpu_by_container(containers: str, resources: str, prefixes: str) -> str:
+    """CEL: for each of `containers`, the GPU resources (`resources`, `prefixes`) it asks for."""
+    return (
+        f"{containers}.map(c, !has(c.resources) ? [] : "
+        + _cel_gpu_names("requests", resources, prefixes)
+        + " + "
+        + _cel_gpu_names("limits", resources, prefixes)
+        + ")"
+    )
+
+
+def _cel_gate_lists(config: Mapping[str, Any]) -> tuple[str, str]:
+    """The gated resource names and prefixes of gate_data(), as CEL list literals."""
+    prefixes = [p for p in config["gpu_resource_prefixes"] if p]
+    return _cel_literal(config["gpu_resources"]), _cel_literal(prefixes)
+
+
+def gpu_request_condition(config: Mapping[str, Any]) -> str:
+    """CEL, true when the pod asks for a gated GPU resource: the webhook's match condition.
+
+    Built from the same pieces as the ValidatingAdmissionPolicy's variables, with the lists
+    written in (match conditions have no variables). Requests for other resources never
+    reach OPA, so an OPA outage cannot hold them back.
+    """
+    resources, prefixes = _cel_gate_lists(config)
+    by_container = _cel_gpu_by_container(f"({_CEL_CONTAINERS})", resources, prefixes)
+    return f"{by_container}.exists(l, size(l) > 0)"
+
+
+def opa_affinity(selector: Mapping[str, str]) -> dict[str, Any]:
+    """OPA replicas on different nodes where the cluster has them.
+
+    Preferred, not required: with required anti-affinity a cluster with fewer schedulable
+    nodes than replicas (or a rolling update's surge pod) leaves a replica Pending for good.
+    """
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": dict(selector)},
+                        "topologyKey": "kubernetes.io/hostname",
+                    },
+                }
+            ]
+        }
+    }
+
+
+def opa_disruption_budget(replicas: int, selector: Mapping[str, str]) -> dict[str, Any] | None:
+    """The PodDisruptionBudget spec for OPA: one replica always up; none for a single replica.
+
+    With one replica a budget could only forbid every eviction (maxUnavailable 0), which
+    blocks node drains until someone deletes it; a single replica is a choice to accept
+    a short outage of GPU pod admission while it moves instead.
+    Unhealthy replicas may always be evicted, so a broken pod never blocks a drain.
+    Ref: https://kubernetes.io/docs/tasks/run-application/configure-pdb/#unhealthy-pod-eviction-policy
+    """
+    if replicas <= 1:
+        return None
+    return {
+        "minAvailable": 1,
+        "selector": {"matchLabels": dict(selector)},
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
+
+
 def webhook_spec(
     *,
+    config: Mapping[str, Any],
     client_config: Mapping[str, Any],
     gate_namespace: str = DEFAULT_GATE_NAMESPACE,
     failure_policy: FailurePolicy = "Fail",
     timeout_seconds: int = 5,
 ) -> dict[str, Any]:
-    """The ValidatingWebhookConfiguration's one webhook; OPA answers at path `/`."""
+    """The ValidatingWebhookConfiguration's one webhook; OPA answers at path `/`.
+
+    `config` is gate_data(): only pod CREATEs that ask for one of its GPU resources are sent
+    (matchConditions, GA since 1.30); with failurePolicy Fail an OPA outage then holds back
+    GPU pods only.
+    Ref: https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/#matching-requests-matchconditions
+    """
     return {
         "name": WEBHOOK_NAME,
         "admissionReviewVersions": ["v1"],
@@ -164,22 +265,9 @@ def webhook_spec(
                 "scope": "Namespaced",
             }
         ],
+        "matchConditions": [{"name": "requests-gpu", "expression": gpu_request_condition(config)}],
         "clientConfig": dict(client_config),
     }
-
-
-def _cel_literal(value: str | Sequence[str]) -> str:
-    # JSON strings and lists of strings are valid CEL literals.
-    return json.dumps(value if isinstance(value, str) else list(value))
-
-
-def _cel_gpu_names(section: str) -> str:
-    """CEL: the GPU resources container `c` asks for in `section`, quantity above zero."""
-    return (
-        f"(has(c.resources.{section}) ? c.resources.{section}.filter(r,"
-        " (r in variables.gpuResources || variables.gpuPrefixes.exists(p, r.startsWith(p)))"
-        f" && quantity(string(c.resources.{section}[r])).isGreaterThan(quantity('0'))) : [])"
-    )
 
 
 # The smallest string of a non-empty list L, in CEL (no sort() in the API server's CEL).
@@ -201,18 +289,15 @@ def admission_policy_spec(
     the first of the Rego policy's (sorted) messages.
     Ref: https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/
     """
+    resources, prefixes = _cel_gate_lists(config)
     variables = {
-        "gpuResources": _cel_literal(config["gpu_resources"]),
-        "gpuPrefixes": _cel_literal([p for p in config["gpu_resource_prefixes"] if p]),
+        "gpuResources": resources,
+        "gpuPrefixes": prefixes,
         "requiredScheduler": _cel_literal(config["scheduler_name"]),
-        "containers": "object.spec.containers"
-        " + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
-        " + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])",
-        "gpuByContainer": "variables.containers.map(c, !has(c.resources) ? [] : "
-        + _cel_gpu_names("requests")
-        + " + "
-        + _cel_gpu_names("limits")
-        + ")",
+        "containers": _CEL_CONTAINERS,
+        "gpuByContainer": _cel_gpu_by_container(
+            "variables.containers", "variables.gpuResources", "variables.gpuPrefixes"
+        ),
         # The first GPU resource (by name) of each container asking for one.
         "gpuNames": "variables.gpuByContainer.filter(l, size(l) > 0)"
         ".map(l, " + _CEL_SMALLEST.format(l="l") + ")",
@@ -304,6 +389,8 @@ class OpaGate(pulumi.ComponentResource):
     """CA that signed OPA's serving certificate ("" for the native engine)."""
     policy_name: pulumi.Output[str]
     """Name of the ValidatingWebhookConfiguration or ValidatingAdmissionPolicy."""
+    serving_cert_not_after: pulumi.Output[str]
+    """When OPA's serving certificate expires, RFC 3339 ("" for the native engine)."""
 
     def __init__(
         self, name: str, args: OpaGateArgs, opts: pulumi.ResourceOptions | None = None
@@ -327,21 +414,23 @@ class OpaGate(pulumi.ComponentResource):
         )
         exclusions: list[pulumi.Resource] = [namespace]
         if args.engine == "opa":
-            ca_pem, policy_name = self._opa(config, exclusions)
+            ca_pem, not_after, policy_name = self._opa(config, exclusions)
         else:
-            ca_pem = pulumi.Output.from_input("")
+            ca_pem = not_after = pulumi.Output.from_input("")
             policy_name = self._native(config, exclusions)
 
         self.engine = pulumi.Output.from_input(args.engine)
         self.namespace = namespace.metadata.apply(lambda _: args.namespace)
         self.ca_cert_pem = ca_pem
         self.policy_name = policy_name
+        self.serving_cert_not_after = not_after
         self.register_outputs(
             {
                 "engine": self.engine,
                 "namespace": self.namespace,
                 "ca_cert_pem": self.ca_cert_pem,
                 "policy_name": self.policy_name,
+                "serving_cert_not_after": self.serving_cert_not_after,
             }
         )
 
@@ -394,7 +483,7 @@ class OpaGate(pulumi.ComponentResource):
 
     def _opa(
         self, config: pulumi.Output[dict[str, Any]], exclusions: list[pulumi.Resource]
-    ) -> tuple[pulumi.Output[str], pulumi.Output[str]]:
+    ) -> tuple[pulumi.Output[str], pulumi.Output[str], pulumi.Output[str]]:
         name, args, child = self._name, self._args, self._child
         service_name = "opa"
         key, ca, cert = self._certificates(service_name)
@@ -429,6 +518,9 @@ class OpaGate(pulumi.ComponentResource):
         pod_spec: Any = {
             "serviceAccountName": account.metadata.name,
             "automountServiceAccountToken": False,
+            # Scheduled, and kept, ahead of ordinary workloads: GPU pods wait on it.
+            "priorityClassName": OPA_PRIORITY_CLASS,
+            "affinity": opa_affinity(selector),
             "securityContext": {
                 "runAsNonRoot": True,
                 "runAsUser": 1000,
@@ -494,6 +586,16 @@ class OpaGate(pulumi.ComponentResource):
             },
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
         )
+        budget = opa_disruption_budget(args.replicas, selector)
+        if budget is not None:
+            k8s.policy.v1.PodDisruptionBudget(
+                f"{name}-opa-budget",
+                metadata=self._meta("opa"),
+                spec=budget,
+                opts=pulumi.ResourceOptions.merge(
+                    child, pulumi.ResourceOptions(depends_on=exclusions)
+                ),
+            )
         service = k8s.core.v1.Service(
             f"{name}-service",
             metadata=self._meta(service_name),
@@ -508,29 +610,30 @@ class OpaGate(pulumi.ComponentResource):
         webhook = k8s.admissionregistration.v1.ValidatingWebhookConfiguration(
             f"{name}-webhook",
             metadata={"name": GATE_NAME, "labels": self._labels},
-            webhooks=[
-                webhook_spec(
-                    client_config={
-                        "caBundle": ca.cert_pem.apply(
-                            lambda pem: base64.b64encode(pem.encode()).decode()
-                        ),
-                        "service": {
-                            "namespace": args.namespace,
-                            "name": service.metadata.name,
-                            "path": "/",
-                            "port": 443,
+            webhooks=pulumi.Output.all(config, ca.cert_pem, service.metadata.name).apply(
+                lambda v: [
+                    webhook_spec(
+                        config=v[0],
+                        client_config={
+                            "caBundle": base64.b64encode(v[1].encode()).decode(),
+                            "service": {
+                                "namespace": args.namespace,
+                                "name": v[2],
+                                "path": "/",
+                                "port": 443,
+                            },
                         },
-                    },
-                    gate_namespace=args.namespace,
-                    failure_policy=args.failure_policy,
-                    timeout_seconds=args.timeout_seconds,
-                )
-            ],
+                        gate_namespace=args.namespace,
+                        failure_policy=args.failure_policy,
+                        timeout_seconds=args.timeout_seconds,
+                    )
+                ]
+            ),
             opts=pulumi.ResourceOptions.merge(
                 child, pulumi.ResourceOptions(depends_on=[deployment, service, *exclusions])
             ),
         )
-        return ca.cert_pem, webhook.metadata.apply(lambda m: m.name)
+        return ca.cert_pem, cert.validity_end_time, webhook.metadata.apply(lambda m: m.name)
 
     # ------------------------------------------------------------------ engine: native
 

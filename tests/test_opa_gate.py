@@ -10,12 +10,15 @@ import dataclasses
 import json
 from typing import Any
 
+import pulumi
+
 from components import ClusterAccess, OpaGate, OpaGateArgs
 from components.opa_gate import (
     DEFAULT_GATE_NAMESPACE,
     admission_policy_binding_spec,
     admission_policy_spec,
     gate_data,
+    gpu_request_condition,
     load_policies,
     namespace_selector,
     opa_run_args,
@@ -36,7 +39,8 @@ def _make_gate(**overrides: Any) -> Recording:
             "gpu_resources": ["example.com/dongle"],
             **overrides,
         }
-        OpaGate("gate", OpaGateArgs(**args))
+        gate = OpaGate("gate", OpaGateArgs(**args))
+        pulumi.export("servingCertNotAfter", gate.serving_cert_not_after)
 
     return register(build)
 
@@ -283,3 +287,90 @@ def test_opa_gate_opa_engine_has_no_admission_policy() -> None:
     recording = _make_gate(engine="opa")
     assert recording.of_type(VAP) == []
     assert len(recording.of_type(WEBHOOK)) == 1
+
+
+# Blast radius: what reaches OPA, and how OPA survives node maintenance.
+
+
+def _webhook(recording: Recording) -> dict[str, Any]:
+    (webhook,) = recording.of_type(WEBHOOK)
+    hook: dict[str, Any] = webhook.inputs["webhooks"][0]
+    return hook
+
+
+def _opa_pod(recording: Recording) -> dict[str, Any]:
+    (deployment,) = recording.of_type("kubernetes:apps/v1:Deployment")
+    pod: dict[str, Any] = deployment.inputs["spec"]["template"]["spec"]
+    return pod
+
+
+def test_opa_gate_webhook_only_receives_gpu_pods() -> None:
+    recording = _make_gate(gpu_resources=["example.com/dongle"])
+    (condition,) = _webhook(recording)["matchConditions"]
+    config = gate_data("gpu-binpack-scheduler", ["example.com/dongle"], [])
+    assert condition == {"name": "requests-gpu", "expression": gpu_request_condition(config)}
+    for gated in ('"example.com/dongle"', '"nvidia.com/gpu"', '"nvidia.com/mig-"'):
+        assert gated in condition["expression"]
+
+
+def test_opa_gate_match_condition_is_the_native_policys_cel() -> None:
+    # One source: the webhook's condition is the policy's gpuByContainer, variables inlined.
+    config = gate_data("gpu-binpack-scheduler", ["example.com/dongle"], ["vendor.example/"])
+    variables = {v["name"]: v["expression"] for v in admission_policy_spec(config)["variables"]}
+    inlined = (
+        variables["gpuByContainer"]
+        .replace("variables.containers", f"({variables['containers']})")
+        .replace("variables.gpuResources", variables["gpuResources"])
+        .replace("variables.gpuPrefixes", variables["gpuPrefixes"])
+    )
+    assert gpu_request_condition(config) == f"{inlined}.exists(l, size(l) > 0)"
+
+
+def test_opa_gate_budget_keeps_one_replica_up() -> None:
+    recording = _make_gate(replicas=2)
+    (budget,) = recording.of_type("kubernetes:policy/v1:PodDisruptionBudget")
+    spec = budget.inputs["spec"]
+    assert spec["minAvailable"] == 1
+    assert spec["selector"] == {"matchLabels": {"app.kubernetes.io/name": "opa"}}
+    assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert budget.inputs["metadata"]["namespace"] == "gpu-admission"
+
+
+def test_opa_gate_single_replica_has_no_budget_that_blocks_drains() -> None:
+    recording = _make_gate(replicas=1)
+    assert recording.of_type("kubernetes:policy/v1:PodDisruptionBudget") == []
+
+
+def test_opa_gate_native_engine_has_no_budget() -> None:
+    recording = _make_gate(engine="validating-admission-policy")
+    assert recording.of_type("kubernetes:policy/v1:PodDisruptionBudget") == []
+
+
+def test_opa_gate_opa_replicas_prefer_different_nodes() -> None:
+    pod = _opa_pod(_make_gate())
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"] == {
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "opa"}},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    assert (
+        "requiredDuringSchedulingIgnoredDuringExecution" not in pod["affinity"]["podAntiAffinity"]
+    )
+
+
+def test_opa_gate_opa_runs_with_cluster_critical_priority() -> None:
+    pod = _opa_pod(_make_gate())
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    assert not any(r.typ.endswith(":PriorityClass") for r in _make_gate().resources)
+
+
+def test_opa_gate_serving_certificate_expiry_is_an_output() -> None:
+    recording = _make_gate()
+    (cert,) = recording.of_type("tls:index/locallySignedCert:LocallySignedCert")
+    assert recording.outputs["servingCertNotAfter"] == "2028-11-23T11:00:00Z"
+    assert cert.inputs["validityPeriodHours"] == 2 * 365 * 24
+
+
+def test_opa_gate_native_engine_has_no_certificate_expiry() -> None:
+    recording = _make_gate(engine="validating-admission-policy")
+    assert recording.outputs["servingCertNotAfter"] == ""

@@ -34,6 +34,7 @@ from components.opa_gate import (
     ADMISSION_ENGINES,
     GATE_CONFIG_FILE,
     GATE_NAME,
+    OPA_PRIORITY_CLASS,
     WEBHOOK_NAME,
     admission_policy_binding_spec,
     admission_policy_spec,
@@ -258,6 +259,7 @@ def namespaces(control_plane: LocalControlPlane) -> Iterator[Namespaces]:
 def _webhook_engine(cp: LocalControlPlane, opa: OpaServer) -> Iterator[None]:
     path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
     hook = webhook_spec(
+        config=GATE_CONFIG,
         gate_namespace=GATE_NAMESPACE,
         client_config={
             "url": f"{opa.url}/",
@@ -378,6 +380,16 @@ def test_opa_gate_live_admits_gpu_pod_in_excluded_namespace(
     assert _create(api_client, namespace, _pod("train-3", GPU)) is None
 
 
+def test_opa_gate_live_priority_class_is_allowed_in_the_gate_namespace(
+    api_client: Any, namespaces: Namespaces
+) -> None:
+    # The Priority admission plugin resolves the class; it is not reserved to kube-system.
+    pod = _pod("opa-0", CPU)
+    assert pod.spec is not None
+    pod.spec.priority_class_name = OPA_PRIORITY_CLASS
+    assert _create(api_client, namespaces.own, pod) is None
+
+
 # OPA answers this fast once its files are read; the kubelet probes every 5 s.
 RESTART_READY_S = 10.0
 
@@ -392,8 +404,10 @@ def test_opa_gate_live_decides_again_after_opa_restarts(
     with _engine_active("opa", control_plane, api_client, ns, opa_server):
         process.stop()
         try:
-            # While OPA is down, failurePolicy Fail holds GPU pods back.
+            # While OPA is down, failurePolicy Fail holds GPU pods back, and only them:
+            # the webhook's match condition never sends other pods to OPA.
             outage = _create(api_client, ns, _pod("train-outage", GPU, scheduler=SCHEDULER))
+            cpu_in_outage = _create(api_client, ns, _pod("web-outage", CPU))
             started = time.monotonic()
             process.start()
             _wait_for("OPA readiness after a restart", lambda: _ready(opa_server), process.tail)
@@ -407,6 +421,7 @@ def test_opa_gate_live_decides_again_after_opa_restarts(
     print(f"OPA ready {ready_s:.2f} s after its restart")
 
     assert outage is not None and "failed calling webhook" in outage, outage
+    assert cpu_in_outage is None
     assert ready_s < RESTART_READY_S
     denial = DENIAL["opa"].match(denied or "")
     assert denial, f"not denied by the restarted OPA: {denied}"
