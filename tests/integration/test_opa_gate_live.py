@@ -40,6 +40,8 @@ from components.opa_gate import (
     admission_policy_spec,
     gate_data,
     load_policies,
+    opa_affinity,
+    opa_disruption_budget,
     opa_run_args,
     policy_files,
     webhook_spec,
@@ -380,14 +382,40 @@ def test_opa_gate_live_admits_gpu_pod_in_excluded_namespace(
     assert _create(api_client, namespace, _pod("train-3", GPU)) is None
 
 
-def test_opa_gate_live_priority_class_is_allowed_in_the_gate_namespace(
-    api_client: Any, namespaces: Namespaces
+OPA_SELECTOR = {"app.kubernetes.io/name": "opa"}
+
+
+def test_opa_gate_live_opa_scheduling_fields_are_accepted_in_the_gate_namespace(
+    control_plane: LocalControlPlane, namespaces: Namespaces
 ) -> None:
     # The Priority admission plugin resolves the class; it is not reserved to kube-system.
-    pod = _pod("opa-0", CPU)
-    assert pod.spec is not None
-    pod.spec.priority_class_name = OPA_PRIORITY_CLASS
-    assert _create(api_client, namespaces.own, pod) is None
+    pod = {
+        "metadata": {"name": "opa-0", "labels": OPA_SELECTOR},
+        "spec": {
+            "priorityClassName": OPA_PRIORITY_CLASS,
+            "affinity": opa_affinity(OPA_SELECTOR),
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "opa", "image": "registry.invalid/opa:1"}],
+        },
+    }
+    created = control_plane.request(
+        "POST", f"/api/v1/namespaces/{namespaces.own}/pods?dryRun=All", pod
+    )
+    assert created["spec"]["priorityClassName"] == OPA_PRIORITY_CLASS
+    assert created["spec"]["priority"] == 2000000000
+
+
+def test_opa_gate_live_disruption_budget_is_accepted(
+    control_plane: LocalControlPlane, namespaces: Namespaces
+) -> None:
+    spec = opa_disruption_budget(2, OPA_SELECTOR)
+    assert spec is not None
+    created = control_plane.request(
+        "POST",
+        f"/apis/policy/v1/namespaces/{namespaces.own}/poddisruptionbudgets?dryRun=All",
+        {"metadata": {"name": "opa"}, "spec": spec},
+    )
+    assert created["spec"] == spec
 
 
 # OPA answers this fast once its files are read; the kubelet probes every 5 s.
