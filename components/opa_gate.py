@@ -1,16 +1,19 @@
 """OpaGate: admission control that rejects GPU pods not using the binpack scheduler.
 
 Two engines, one rule and one message:
-- `opa`: OPA 1.x + kube-mgmt behind a ValidatingWebhookConfiguration, with the Rego v1
-  policies from policies/ (GPU resource names and scheduler name reach them as data);
+- `opa`: OPA 1.x behind a ValidatingWebhookConfiguration, with the Rego v1 policies from
+  policies/ loaded at start-up from a mounted ConfigMap (GPU resource names and scheduler
+  name reach them as data); nothing pushes policies at run time, so a restarted OPA is
+  ready as soon as it has read its files;
 - `validating-admission-policy`: a native ValidatingAdmissionPolicy (CEL, GA since 1.30)
   with the same data written into its CEL; no webhook server at all.
 
 The module-level functions build what both the component and the live tests create
-(webhook, OPA arguments, policy ConfigMaps, the policy and its binding): one source of truth.
+(webhook, OPA arguments and files, the policy and its binding): one source of truth.
 
-Either way kube-system and the gate's own namespace carry openpolicyagent.org/webhook=ignore
-and are excluded, so the gate can never stop the cluster from restarting the gate itself.
+Either way kube-system and the gate's own namespace are excluded by name (the immutable
+kubernetes.io/metadata.name label), so the gate can never stop the cluster from restarting
+the gate itself, and no one who can label a namespace can take it out of the gate.
 """
 
 from __future__ import annotations
@@ -37,20 +40,28 @@ FailurePolicy = Literal["Fail", "Ignore"]
 FAILURE_POLICIES: tuple[FailurePolicy, ...] = get_args(FailurePolicy)
 
 POLICY_DIR = Path(__file__).resolve().parent.parent / "policies"
-# Loaded by OPA at start-up from a mounted ConfigMap: who may call OPA, and when it is ready.
-STARTUP_POLICIES = ("authz", "health")
-IGNORE_LABEL = "openpolicyagent.org/webhook"
+# Set by the API server on every namespace to the namespace's name; it cannot be changed.
+# Ref: https://kubernetes.io/docs/reference/labels-annotations-taints/#kubernetes-io-metadata-name
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 OPA_PORT = 8443
-MGMT_PORT = 8181
+# Built in, and usable outside kube-system since Kubernetes 1.17 (unless the cluster limits
+# it with a ResourceQuota admission configuration); the class cluster add-ons run with.
+# Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/pod-priority-preemption/
+OPA_PRIORITY_CLASS = "system-cluster-critical"
 # Always gated, whatever the config adds: whole GPUs and MIG profiles.
 BASE_GPU_RESOURCES = ("nvidia.com/gpu",)
 BASE_GPU_PREFIXES = ("nvidia.com/mig-",)
 # Name of the ValidatingWebhookConfiguration, ValidatingAdmissionPolicy and its binding.
 GATE_NAME = "gpu-scheduler-gate"
+# The gate's namespace when none is given (OpaGateArgs.namespace's default).
+DEFAULT_GATE_NAMESPACE = "gpu-admission"
 WEBHOOK_NAME = "gpu-scheduler.gpu-cluster.io"
 GATE_CONFIG_FILE = "gate.json"
-MGMT_TOKEN_FILE = "token"
-MGMT_TOKEN_DATA_FILE = "token.json"
+# A mounted ConfigMap holds each key twice more, under the kubelet's `..data` link and its
+# timestamped `..<date>` directory; loading those as well redeclares every rule and OPA
+# refuses to start. Files named `..*` are skipped.
+# Ref: https://kubernetes.io/docs/concepts/configuration/configmap/#mounted-configmaps-are-updated-automatically
+CONFIGMAP_INTERNALS = "..*"
 
 
 def load_policies(directory: Path = POLICY_DIR) -> dict[str, str]:
@@ -73,69 +84,169 @@ def gate_data(
     }
 
 
-def ignore_selector() -> dict[str, Any]:
-    """Namespace selector of both engines: every namespace not labelled ignore."""
-    return {"matchExpressions": [{"key": IGNORE_LABEL, "operator": "NotIn", "values": ["ignore"]}]}
+def excluded_namespaces(gate_namespace: str) -> list[str]:
+    """The namespaces neither engine judges: kube-system and the gate's own."""
+    return sorted({"kube-system", gate_namespace})
 
 
-def startup_policies(policies: Mapping[str, str]) -> dict[str, str]:
-    """{file name: source} OPA loads from its start-up directory: authz and health."""
-    return {f"{stem}.rego": policies[stem] for stem in STARTUP_POLICIES if stem in policies}
+def namespace_selector(gate_namespace: str) -> dict[str, Any]:
+    """Namespace selector of both engines: every namespace but excluded_namespaces(), by name.
 
-
-def policy_config_maps(policies: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    """{ConfigMap name: data} of the policies kube-mgmt loads into OPA (one per policy)."""
+    A selector on a label anyone may set (such as openpolicyagent.org/webhook=ignore) lets
+    whoever can create or label a namespace bypass the gate; the name label cannot be set.
+    """
     return {
-        f"policy-{stem.replace('_', '-')}": {f"{stem}.rego": source}
-        for stem, source in policies.items()
-        if stem not in STARTUP_POLICIES
+        "matchExpressions": [
+            {
+                "key": NAMESPACE_NAME_LABEL,
+                "operator": "NotIn",
+                "values": excluded_namespaces(gate_namespace),
+            }
+        ]
     }
 
 
-def mgmt_token_data(token: str) -> dict[str, str]:
-    """The management token Secret's files: raw for kube-mgmt, JSON for OPA's data."""
-    return {MGMT_TOKEN_FILE: token, MGMT_TOKEN_DATA_FILE: json.dumps({"token": token})}
+def policy_files(policies: Mapping[str, str]) -> dict[str, str]:
+    """{file name: Rego source} of the one ConfigMap OPA loads at start-up: every policy."""
+    return {f"{stem}.rego": source for stem, source in sorted(policies.items())}
 
 
 def opa_run_args(
     *,
     https_addr: str = f"0.0.0.0:{OPA_PORT}",
-    mgmt_addr: str = f"127.0.0.1:{MGMT_PORT}",
     certs_dir: str = "/certs",
-    startup_dir: str = "/startup",
+    policy_dir: str = "/policies",
     config_dir: str = "/config",
-    mgmt_dir: str = "/mgmt",
 ) -> list[str]:
-    """`opa` arguments: HTTPS for the API server, token-guarded management on loopback.
+    """`opa` arguments: HTTPS for the API server, policies and data read once at start.
 
-    The directories hold the serving Secret (tls.crt, tls.key), startup_policies(),
-    the gate data (gate.json) and mgmt_token_data(); OPA reads them at start.
+    The directories hold the serving Secret (tls.crt, tls.key), policy_files() and the gate
+    data (gate.json). They are not watched: a change of any of them changes the pod
+    template's checksum, so the Deployment rolls out OPA pods that read the new files, one
+    readiness-checked replica at a time, rather than each replica reloading on its own.
+    Authorization (policies/authz.rego) leaves anonymous callers, the API server and the
+    kubelet, the webhook decision and /health only; there is no management API to protect.
     """
     return [
         "run",
         "--server",
         f"--addr=https://{https_addr}",
-        # Management API for kube-mgmt: loopback only, and token-protected.
-        f"--addr=http://{mgmt_addr}",
         f"--tls-cert-file={certs_dir}/tls.crt",
         f"--tls-private-key-file={certs_dir}/tls.key",
-        "--authentication=token",
         "--authorization=basic",
         "--skip-version-check",
         "--log-format=json",
-        startup_dir,
+        f"--ignore={CONFIGMAP_INTERNALS}",
+        policy_dir,
         f"gpu_cluster.config:{config_dir}/{GATE_CONFIG_FILE}",
-        f"gpu_cluster.mgmt:{mgmt_dir}/{MGMT_TOKEN_DATA_FILE}",
     ]
+
+
+def _cel_literal(value: str | Sequence[str]) -> str:
+    # JSON strings and lists of strings are valid CEL literals.
+    return json.dumps(value if isinstance(value, str) else list(value))
+
+
+# Every container of the pod under review, in CEL.
+_CEL_CONTAINERS = (
+    "object.spec.containers"
+    " + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
+    " + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])"
+)
+
+
+def _cel_gpu_names(section: str, resources: str, prefixes: str) -> str:
+    """CEL: the GPU resources container `c` asks for in `section`, quantity above zero."""
+    return (
+        f"(has(c.resources.{section}) ? c.resources.{section}.filter(r,"
+        f" (r in {resources} || {prefixes}.exists(p, r.startsWith(p)))"
+        f" && quantity(string(c.resources.{section}[r])).isGreaterThan(quantity('0'))) : [])"
+    )
+
+
+def _cel_gpu_by_container(containers: str, resources: str, prefixes: str) -> str:
+    """CEL: for each of `containers`, the GPU resources (`resources`, `prefixes`) it asks for."""
+    return (
+        f"{containers}.map(c, !has(c.resources) ? [] : "
+        + _cel_gpu_names("requests", resources, prefixes)
+        + " + "
+        + _cel_gpu_names("limits", resources, prefixes)
+        + ")"
+    )
+
+
+def _cel_gate_lists(config: Mapping[str, Any]) -> tuple[str, str]:
+    """The gated resource names and prefixes of gate_data(), as CEL list literals."""
+    prefixes = [p for p in config["gpu_resource_prefixes"] if p]
+    return _cel_literal(config["gpu_resources"]), _cel_literal(prefixes)
+
+
+def gpu_request_condition(config: Mapping[str, Any]) -> str:
+    """CEL, true when the pod asks for a gated GPU resource: the webhook's match condition.
+
+    Built from the same pieces as the ValidatingAdmissionPolicy's variables, with the lists
+    written in (match conditions have no variables). Requests for other resources never
+    reach OPA, so an OPA outage cannot hold them back.
+    """
+    resources, prefixes = _cel_gate_lists(config)
+    by_container = _cel_gpu_by_container(f"({_CEL_CONTAINERS})", resources, prefixes)
+    return f"{by_container}.exists(l, size(l) > 0)"
+
+
+def opa_affinity(selector: Mapping[str, str]) -> dict[str, Any]:
+    """OPA replicas on different nodes where the cluster has them.
+
+    Preferred, not required: with required anti-affinity a cluster with fewer schedulable
+    nodes than replicas (or a rolling update's surge pod) leaves a replica Pending for good.
+    """
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": dict(selector)},
+                        "topologyKey": "kubernetes.io/hostname",
+                    },
+                }
+            ]
+        }
+    }
+
+
+def opa_disruption_budget(replicas: int, selector: Mapping[str, str]) -> dict[str, Any] | None:
+    """The PodDisruptionBudget spec for OPA: one replica always up; none for a single replica.
+
+    With one replica a budget could only forbid every eviction (maxUnavailable 0), which
+    blocks node drains until someone deletes it; a single replica is a choice to accept
+    a short outage of GPU pod admission while it moves instead.
+    Unhealthy replicas may always be evicted, so a broken pod never blocks a drain.
+    Ref: https://kubernetes.io/docs/tasks/run-application/configure-pdb/#unhealthy-pod-eviction-policy
+    """
+    if replicas <= 1:
+        return None
+    return {
+        "minAvailable": 1,
+        "selector": {"matchLabels": dict(selector)},
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
 
 
 def webhook_spec(
     *,
+    config: Mapping[str, Any],
     client_config: Mapping[str, Any],
+    gate_namespace: str = DEFAULT_GATE_NAMESPACE,
     failure_policy: FailurePolicy = "Fail",
     timeout_seconds: int = 5,
 ) -> dict[str, Any]:
-    """The ValidatingWebhookConfiguration's one webhook; OPA answers at path `/`."""
+    """The ValidatingWebhookConfiguration's one webhook; OPA answers at path `/`.
+
+    `config` is gate_data(): only pod CREATEs that ask for one of its GPU resources are sent
+    (matchConditions, GA since 1.30); with failurePolicy Fail an OPA outage then holds back
+    GPU pods only.
+    Ref: https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/#matching-requests-matchconditions
+    """
     return {
         "name": WEBHOOK_NAME,
         "admissionReviewVersions": ["v1"],
@@ -144,7 +255,7 @@ def webhook_spec(
         "failurePolicy": failure_policy,
         "timeoutSeconds": timeout_seconds,
         "matchPolicy": "Equivalent",
-        "namespaceSelector": ignore_selector(),
+        "namespaceSelector": namespace_selector(gate_namespace),
         "rules": [
             {
                 "operations": ["CREATE"],
@@ -154,22 +265,9 @@ def webhook_spec(
                 "scope": "Namespaced",
             }
         ],
+        "matchConditions": [{"name": "requests-gpu", "expression": gpu_request_condition(config)}],
         "clientConfig": dict(client_config),
     }
-
-
-def _cel_literal(value: str | Sequence[str]) -> str:
-    # JSON strings and lists of strings are valid CEL literals.
-    return json.dumps(value if isinstance(value, str) else list(value))
-
-
-def _cel_gpu_names(section: str) -> str:
-    """CEL: the GPU resources container `c` asks for in `section`, quantity above zero."""
-    return (
-        f"(has(c.resources.{section}) ? c.resources.{section}.filter(r,"
-        " (r in variables.gpuResources || variables.gpuPrefixes.exists(p, r.startsWith(p)))"
-        f" && quantity(string(c.resources.{section}[r])).isGreaterThan(quantity('0'))) : [])"
-    )
 
 
 # The smallest string of a non-empty list L, in CEL (no sort() in the API server's CEL).
@@ -177,7 +275,10 @@ _CEL_SMALLEST = "{l}.filter(x, {l}.all(y, x <= y))[0]"
 
 
 def admission_policy_spec(
-    config: Mapping[str, Any], failure_policy: FailurePolicy = "Fail"
+    config: Mapping[str, Any],
+    failure_policy: FailurePolicy = "Fail",
+    *,
+    gate_namespace: str = DEFAULT_GATE_NAMESPACE,
 ) -> dict[str, Any]:
     """The ValidatingAdmissionPolicy: policies/gpu_scheduler.rego's rule and message in CEL.
 
@@ -188,18 +289,15 @@ def admission_policy_spec(
     the first of the Rego policy's (sorted) messages.
     Ref: https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/
     """
+    resources, prefixes = _cel_gate_lists(config)
     variables = {
-        "gpuResources": _cel_literal(config["gpu_resources"]),
-        "gpuPrefixes": _cel_literal([p for p in config["gpu_resource_prefixes"] if p]),
+        "gpuResources": resources,
+        "gpuPrefixes": prefixes,
         "requiredScheduler": _cel_literal(config["scheduler_name"]),
-        "containers": "object.spec.containers"
-        " + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
-        " + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])",
-        "gpuByContainer": "variables.containers.map(c, !has(c.resources) ? [] : "
-        + _cel_gpu_names("requests")
-        + " + "
-        + _cel_gpu_names("limits")
-        + ")",
+        "containers": _CEL_CONTAINERS,
+        "gpuByContainer": _cel_gpu_by_container(
+            "variables.containers", "variables.gpuResources", "variables.gpuPrefixes"
+        ),
         # The first GPU resource (by name) of each container asking for one.
         "gpuNames": "variables.gpuByContainer.filter(l, size(l) > 0)"
         ".map(l, " + _CEL_SMALLEST.format(l="l") + ")",
@@ -214,7 +312,7 @@ def admission_policy_spec(
     return {
         "failurePolicy": failure_policy,
         "matchConstraints": {
-            "namespaceSelector": ignore_selector(),
+            "namespaceSelector": namespace_selector(gate_namespace),
             "resourceRules": [
                 {
                     "operations": ["CREATE"],
@@ -241,12 +339,14 @@ def admission_policy_spec(
     }
 
 
-def admission_policy_binding_spec(policy_name: Any = GATE_NAME) -> dict[str, Any]:
-    """The binding: enforce (Deny) everywhere but in namespaces labelled ignore."""
+def admission_policy_binding_spec(
+    policy_name: Any = GATE_NAME, *, gate_namespace: str = DEFAULT_GATE_NAMESPACE
+) -> dict[str, Any]:
+    """The binding: enforce (Deny) everywhere but in excluded_namespaces()."""
     return {
         "policyName": policy_name,
         "validationActions": ["Deny"],
-        "matchResources": {"namespaceSelector": ignore_selector()},
+        "matchResources": {"namespaceSelector": namespace_selector(gate_namespace)},
     }
 
 
@@ -274,8 +374,6 @@ class OpaGateArgs:
     """OPA replicas (engine opa)."""
     opa_image: str = "openpolicyagent/opa:1.22.2"
     """OPA 1.x image."""
-    kube_mgmt_image: str = "openpolicyagent/kube-mgmt:9.3.0"
-    """kube-mgmt sidecar image (a major that supports OPA 1.x)."""
     policies: Mapping[str, str] = field(default_factory=load_policies)
     """{name: Rego source}; defaults to policies/*.rego without tests."""
 
@@ -291,6 +389,8 @@ class OpaGate(pulumi.ComponentResource):
     """CA that signed OPA's serving certificate ("" for the native engine)."""
     policy_name: pulumi.Output[str]
     """Name of the ValidatingWebhookConfiguration or ValidatingAdmissionPolicy."""
+    serving_cert_not_after: pulumi.Output[str]
+    """When OPA's serving certificate expires, RFC 3339 ("" for the native engine)."""
 
     def __init__(
         self, name: str, args: OpaGateArgs, opts: pulumi.ResourceOptions | None = None
@@ -306,35 +406,31 @@ class OpaGate(pulumi.ComponentResource):
 
         namespace = k8s.core.v1.Namespace(
             f"{name}-namespace",
-            metadata={"name": args.namespace, "labels": {**self._labels, IGNORE_LABEL: "ignore"}},
-            opts=self._child,
-        )
-        # Server-side apply owns just this label; destroy removes only it.
-        kube_system = k8s.core.v1.NamespacePatch(
-            f"{name}-kube-system-label",
-            metadata={"name": "kube-system", "labels": {IGNORE_LABEL: "ignore"}},
+            metadata={"name": args.namespace, "labels": self._labels},
             opts=self._child,
         )
         config = pulumi.Output.all(args.scheduler_name, args.gpu_resources).apply(
             lambda v: gate_data(v[0], v[1], args.gpu_resource_prefixes)
         )
-        exclusions: list[pulumi.Resource] = [namespace, kube_system]
+        exclusions: list[pulumi.Resource] = [namespace]
         if args.engine == "opa":
-            ca_pem, policy_name = self._opa(config, exclusions)
+            ca_pem, not_after, policy_name = self._opa(config, exclusions)
         else:
-            ca_pem = pulumi.Output.from_input("")
+            ca_pem = not_after = pulumi.Output.from_input("")
             policy_name = self._native(config, exclusions)
 
         self.engine = pulumi.Output.from_input(args.engine)
         self.namespace = namespace.metadata.apply(lambda _: args.namespace)
         self.ca_cert_pem = ca_pem
         self.policy_name = policy_name
+        self.serving_cert_not_after = not_after
         self.register_outputs(
             {
                 "engine": self.engine,
                 "namespace": self.namespace,
                 "ca_cert_pem": self.ca_cert_pem,
                 "policy_name": self.policy_name,
+                "serving_cert_not_after": self.serving_cert_not_after,
             }
         )
 
@@ -387,7 +483,7 @@ class OpaGate(pulumi.ComponentResource):
 
     def _opa(
         self, config: pulumi.Output[dict[str, Any]], exclusions: list[pulumi.Resource]
-    ) -> tuple[pulumi.Output[str], pulumi.Output[str]]:
+    ) -> tuple[pulumi.Output[str], pulumi.Output[str], pulumi.Output[str]]:
         name, args, child = self._name, self._args, self._child
         service_name = "opa"
         key, ca, cert = self._certificates(service_name)
@@ -398,24 +494,10 @@ class OpaGate(pulumi.ComponentResource):
             string_data={"tls.crt": cert.cert_pem, "tls.key": key.private_key_pem},
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
         )
-        # Bearer token for the management API: random bytes held (as a secret) in state,
-        # derived from a key pair so no extra provider is needed; stable across runs.
-        token_key = tls.PrivateKey(
-            f"{name}-mgmt-token", algorithm="ED25519", opts=pulumi.ResourceOptions(parent=self)
-        )
-        token = token_key.private_key_pem.apply(
-            lambda pem: hashlib.sha256(pem.encode()).hexdigest()
-        )
-        mgmt = k8s.core.v1.Secret(
-            f"{name}-mgmt-token",
-            metadata=self._meta("opa-mgmt-token"),
-            string_data=token.apply(mgmt_token_data),
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
-        )
-        startup = k8s.core.v1.ConfigMap(
-            f"{name}-startup-policies",
-            metadata=self._meta("opa-startup-policies"),
-            data=startup_policies(args.policies),
+        policy_map = k8s.core.v1.ConfigMap(
+            f"{name}-policies",
+            metadata=self._meta("opa-policies"),
+            data=policy_files(args.policies),
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
         )
         gate_config = k8s.core.v1.ConfigMap(
@@ -424,59 +506,21 @@ class OpaGate(pulumi.ComponentResource):
             data={GATE_CONFIG_FILE: config.apply(lambda c: json.dumps(c, sort_keys=True))},
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
         )
-        # kube-mgmt loads every ConfigMap in the namespace with this label into OPA.
-        policy_maps = [
-            k8s.core.v1.ConfigMap(
-                f"{name}-{map_name}",
-                metadata=self._meta(
-                    map_name, labels={**self._labels, "openpolicyagent.org/policy": "rego"}
-                ),
-                data=data,
-                opts=pulumi.ResourceOptions.merge(
-                    child, pulumi.ResourceOptions(depends_on=exclusions)
-                ),
-            )
-            for map_name, data in policy_config_maps(args.policies).items()
-        ]
+        # OPA reads only its mounted files: its identity needs no API access and no token.
         account = k8s.core.v1.ServiceAccount(
             f"{name}-sa",
             metadata=self._meta("opa"),
+            automount_service_account_token=False,
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
-        )
-        # kube-mgmt reads the policy ConfigMaps and writes their status annotation; that is all.
-        role = k8s.rbac.v1.Role(
-            f"{name}-kube-mgmt",
-            metadata=self._meta("opa-kube-mgmt"),
-            rules=[
-                {
-                    "apiGroups": [""],
-                    "resources": ["configmaps"],
-                    "verbs": ["get", "list", "watch", "update", "patch"],
-                }
-            ],
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
-        )
-        binding = k8s.rbac.v1.RoleBinding(
-            f"{name}-kube-mgmt",
-            metadata=self._meta("opa-kube-mgmt"),
-            role_ref={
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": role.metadata.name,
-            },
-            subjects=[
-                {
-                    "kind": "ServiceAccount",
-                    "name": account.metadata.name,
-                    "namespace": args.namespace,
-                }
-            ],
-            opts=child,
         )
         selector = {"app.kubernetes.io/name": "opa"}
         https = {"scheme": "HTTPS", "port": OPA_PORT}
         pod_spec: Any = {
             "serviceAccountName": account.metadata.name,
+            "automountServiceAccountToken": False,
+            # Scheduled, and kept, ahead of ordinary workloads: GPU pods wait on it.
+            "priorityClassName": OPA_PRIORITY_CLASS,
+            "affinity": opa_affinity(selector),
             "securityContext": {
                 "runAsNonRoot": True,
                 "runAsUser": 1000,
@@ -505,36 +549,15 @@ class OpaGate(pulumi.ComponentResource):
                     },
                     "volumeMounts": [
                         {"name": "certs", "mountPath": "/certs", "readOnly": True},
-                        {"name": "startup", "mountPath": "/startup", "readOnly": True},
+                        {"name": "policies", "mountPath": "/policies", "readOnly": True},
                         {"name": "config", "mountPath": "/config", "readOnly": True},
-                        {"name": "mgmt", "mountPath": "/mgmt", "readOnly": True},
                     ],
-                },
-                {
-                    "name": "kube-mgmt",
-                    "image": args.kube_mgmt_image,
-                    "args": [
-                        f"--opa-url=http://127.0.0.1:{MGMT_PORT}/v1",
-                        f"--opa-auth-token-file=/mgmt/{MGMT_TOKEN_FILE}",
-                        f"--namespaces={args.namespace}",
-                        "--enable-policies=true",
-                        "--enable-data=false",
-                        "--require-policy-label=true",
-                    ],
-                    "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}},
-                    "securityContext": {
-                        "allowPrivilegeEscalation": False,
-                        "readOnlyRootFilesystem": True,
-                        "capabilities": {"drop": ["ALL"]},
-                    },
-                    "volumeMounts": [{"name": "mgmt", "mountPath": "/mgmt", "readOnly": True}],
                 },
             ],
             "volumes": [
                 {"name": "certs", "secret": {"secretName": serving.metadata.name}},
-                {"name": "startup", "configMap": {"name": startup.metadata.name}},
+                {"name": "policies", "configMap": {"name": policy_map.metadata.name}},
                 {"name": "config", "configMap": {"name": gate_config.metadata.name}},
-                {"name": "mgmt", "secret": {"secretName": mgmt.metadata.name}},
             ],
         }
         deployment = k8s.apps.v1.Deployment(
@@ -546,10 +569,11 @@ class OpaGate(pulumi.ComponentResource):
                 "template": {
                     "metadata": {
                         "labels": {**self._labels, **selector},
-                        # New certificates or config restart OPA (it reads them at start).
+                        # OPA reads its files once: new certificates, policies or config
+                        # roll the Deployment.
                         "annotations": {
                             "gpu-cluster.io/inputs-sha256": pulumi.Output.all(
-                                cert.cert_pem, config
+                                cert.cert_pem, config, policy_files(args.policies)
                             ).apply(
                                 lambda v: hashlib.sha256(
                                     json.dumps(v, sort_keys=True).encode()
@@ -560,10 +584,18 @@ class OpaGate(pulumi.ComponentResource):
                     "spec": pod_spec,
                 },
             },
-            opts=pulumi.ResourceOptions.merge(
-                child, pulumi.ResourceOptions(depends_on=[binding, *policy_maps])
-            ),
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
         )
+        budget = opa_disruption_budget(args.replicas, selector)
+        if budget is not None:
+            k8s.policy.v1.PodDisruptionBudget(
+                f"{name}-opa-budget",
+                metadata=self._meta("opa"),
+                spec=budget,
+                opts=pulumi.ResourceOptions.merge(
+                    child, pulumi.ResourceOptions(depends_on=exclusions)
+                ),
+            )
         service = k8s.core.v1.Service(
             f"{name}-service",
             metadata=self._meta(service_name),
@@ -574,32 +606,34 @@ class OpaGate(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
         )
         # Registered last: only once the Deployment is ready (its readiness means the
-        # policy is loaded) and both excluded namespaces carry the ignore label.
+        # policy is loaded).
         webhook = k8s.admissionregistration.v1.ValidatingWebhookConfiguration(
             f"{name}-webhook",
             metadata={"name": GATE_NAME, "labels": self._labels},
-            webhooks=[
-                webhook_spec(
-                    client_config={
-                        "caBundle": ca.cert_pem.apply(
-                            lambda pem: base64.b64encode(pem.encode()).decode()
-                        ),
-                        "service": {
-                            "namespace": args.namespace,
-                            "name": service.metadata.name,
-                            "path": "/",
-                            "port": 443,
+            webhooks=pulumi.Output.all(config, ca.cert_pem, service.metadata.name).apply(
+                lambda v: [
+                    webhook_spec(
+                        config=v[0],
+                        client_config={
+                            "caBundle": base64.b64encode(v[1].encode()).decode(),
+                            "service": {
+                                "namespace": args.namespace,
+                                "name": v[2],
+                                "path": "/",
+                                "port": 443,
+                            },
                         },
-                    },
-                    failure_policy=args.failure_policy,
-                    timeout_seconds=args.timeout_seconds,
-                )
-            ],
+                        gate_namespace=args.namespace,
+                        failure_policy=args.failure_policy,
+                        timeout_seconds=args.timeout_seconds,
+                    )
+                ]
+            ),
             opts=pulumi.ResourceOptions.merge(
                 child, pulumi.ResourceOptions(depends_on=[deployment, service, *exclusions])
             ),
         )
-        return ca.cert_pem, webhook.metadata.apply(lambda m: m.name)
+        return ca.cert_pem, cert.validity_end_time, webhook.metadata.apply(lambda m: m.name)
 
     # ------------------------------------------------------------------ engine: native
 
@@ -610,13 +644,17 @@ class OpaGate(pulumi.ComponentResource):
         policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
             f"{name}-policy",
             metadata={"name": GATE_NAME, "labels": self._labels},
-            spec=config.apply(lambda c: admission_policy_spec(c, args.failure_policy)),
+            spec=config.apply(
+                lambda c: admission_policy_spec(
+                    c, args.failure_policy, gate_namespace=args.namespace
+                )
+            ),
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
         )
         binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
             f"{name}-binding",
             metadata={"name": GATE_NAME, "labels": self._labels},
-            spec=admission_policy_binding_spec(policy.metadata.name),
+            spec=admission_policy_binding_spec(policy.metadata.name, gate_namespace=args.namespace),
             opts=child,
         )
         return binding.metadata.apply(lambda m: m.name)

@@ -1,9 +1,8 @@
-# Who may call this OPA. Loaded at start-up (--authorization=basic), before kube-mgmt.
+# Who may call this OPA (--authorization=basic); loaded at start-up with the other policies.
 #
 # The kube-apiserver calls the webhook anonymously over TLS and may only ask for the
-# default decision; kubelet probes may read /health. Everything else, i.e. the management
-# API kube-mgmt uses to load policies, needs the bearer token from the pod's own Secret,
-# and kube-mgmt reaches it on a loopback-only listener.
+# default decision; kubelet probes may read /health. Everything else (the policy and data
+# APIs) is refused: policies and data come from files read at start-up, never over HTTP.
 # Ref: https://www.openpolicyagent.org/docs/security#authentication-and-authorization
 package system.authz
 
@@ -15,19 +14,8 @@ allow if {
 	input.path == [""]
 }
 
+# /health, /health/live and /health/ready.
 allow if {
 	input.method == "GET"
 	input.path[0] == "health"
-}
-
-allow if {
-	token_configured
-	input.identity == data.gpu_cluster.mgmt.token
-}
-
-# A missing or short token never matches, so a broken Secret locks management out
-# rather than opening it.
-token_configured if {
-	is_string(data.gpu_cluster.mgmt.token)
-	count(data.gpu_cluster.mgmt.token) >= 32
 }

@@ -1,6 +1,7 @@
-# GET /health/ready: ready once kube-mgmt has loaded the GPU scheduler policy and the gate's
-# config is present. The webhook is registered only after the Deployment is ready, so the
-# kube-apiserver never meets an OPA with no policy.
+# GET /health/ready: ready once the admission policy and a valid gate config are loaded.
+# Both are read from files at start-up, so a (re)started OPA is ready as soon as it has
+# read them; the webhook is registered only after the Deployment is ready, so the
+# kube-apiserver never meets an OPA without its policy.
 # Ref: https://www.openpolicyagent.org/docs/rest-api#custom-health-checks
 package system.health
 
@@ -8,7 +9,8 @@ default live := true
 
 default ready := false
 
+# Undefined, so not ready, while admission.rego or gpu_scheduler.rego is missing.
 ready if {
-	is_set(data.gpu_cluster.gpu_scheduler.deny)
-	is_object(data.gpu_cluster.config)
+	is_object(data.system.main)
+	count(data.gpu_cluster.gpu_scheduler.config_errors) == 0
 }

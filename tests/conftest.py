@@ -82,6 +82,7 @@ class Mocks(pulumi.runtime.Mocks):
             "tls:index/locallySignedCert:LocallySignedCert",
         ):
             outputs["cert_pem"] = f"-----BEGIN CERTIFICATE-----\n{args.name}\n"
+            outputs["validity_end_time"] = "2028-11-23T11:00:00Z"
         if args.typ == "tls:index/certRequest:CertRequest":
             outputs["cert_request_pem"] = f"-----BEGIN CERTIFICATE REQUEST-----\n{args.name}\n"
         if args.typ == "command:remote:Command":

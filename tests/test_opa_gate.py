@@ -6,16 +6,21 @@ tests/integration/test_opa_gate_live.py proves both engines against a real kube-
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from typing import Any
 
+import pulumi
+
 from components import ClusterAccess, OpaGate, OpaGateArgs
 from components.opa_gate import (
+    DEFAULT_GATE_NAMESPACE,
     admission_policy_binding_spec,
     admission_policy_spec,
     gate_data,
-    ignore_selector,
+    gpu_request_condition,
     load_policies,
+    namespace_selector,
     opa_run_args,
 )
 from tests.conftest import Recording, register
@@ -34,7 +39,8 @@ def _make_gate(**overrides: Any) -> Recording:
             "gpu_resources": ["example.com/dongle"],
             **overrides,
         }
-        OpaGate("gate", OpaGateArgs(**args))
+        gate = OpaGate("gate", OpaGateArgs(**args))
+        pulumi.export("servingCertNotAfter", gate.serving_cert_not_after)
 
     return register(build)
 
@@ -71,26 +77,66 @@ def test_opa_gate_tls_key_is_a_secret_input() -> None:
     assert "stringData" in serving.secret_inputs
 
 
-def test_opa_gate_labels_its_namespace_and_kube_system_ignore() -> None:
+BY_NAME = {
+    "matchExpressions": [
+        {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["gpu-admission", "kube-system"],
+        }
+    ]
+}
+
+
+def test_opa_gate_touches_no_namespace_it_did_not_create() -> None:
     recording = _make_gate()
+    assert recording.of_type("kubernetes:core/v1:NamespacePatch") == []
     (namespace,) = recording.of_type("kubernetes:core/v1:Namespace")
-    assert namespace.inputs["metadata"]["labels"]["openpolicyagent.org/webhook"] == "ignore"
-    (patch,) = recording.of_type("kubernetes:core/v1:NamespacePatch")
-    assert patch.inputs["metadata"] == {
-        "name": "kube-system",
-        "labels": {"openpolicyagent.org/webhook": "ignore"},
-    }
+    assert namespace.inputs["metadata"]["name"] == "gpu-admission"
+    assert "openpolicyagent.org/webhook" not in namespace.inputs["metadata"]["labels"]
 
 
-def test_opa_gate_webhook_skips_ignored_namespaces_and_uses_config() -> None:
+def test_opa_gate_webhook_excludes_namespaces_by_name_only() -> None:
+    recording = _make_gate(namespace="gpu-admission")
+    (webhook,) = recording.of_type(WEBHOOK)
+    assert webhook.inputs["webhooks"][0]["namespaceSelector"] == BY_NAME
+
+
+def test_opa_gate_webhook_excludes_its_own_namespace() -> None:
+    recording = _make_gate(namespace="gate-ns")
+    (webhook,) = recording.of_type(WEBHOOK)
+    (expression,) = webhook.inputs["webhooks"][0]["namespaceSelector"]["matchExpressions"]
+    assert expression["values"] == ["gate-ns", "kube-system"]
+
+
+def test_opa_gate_native_engine_excludes_namespaces_by_name_only() -> None:
+    recording = _make_gate(engine="validating-admission-policy", namespace="gpu-admission")
+    (policy,) = recording.of_type(VAP)
+    (binding,) = recording.of_type(VAP_BINDING)
+    assert policy.inputs["spec"]["matchConstraints"]["namespaceSelector"] == BY_NAME
+    assert binding.inputs["spec"]["matchResources"]["namespaceSelector"] == BY_NAME
+
+
+def test_opa_gate_native_engine_excludes_its_own_namespace() -> None:
+    recording = _make_gate(engine="validating-admission-policy", namespace="gate-ns")
+    (binding,) = recording.of_type(VAP_BINDING)
+    (expression,) = binding.inputs["spec"]["matchResources"]["namespaceSelector"][
+        "matchExpressions"
+    ]
+    assert expression["values"] == ["gate-ns", "kube-system"]
+
+
+def test_opa_gate_spec_functions_default_to_the_components_namespace() -> None:
+    # The spec builders' default must be the namespace OpaGate creates by default.
+    (default,) = [f.default for f in dataclasses.fields(OpaGateArgs) if f.name == "namespace"]
+    assert default == DEFAULT_GATE_NAMESPACE
+    assert namespace_selector(DEFAULT_GATE_NAMESPACE) == BY_NAME
+
+
+def test_opa_gate_webhook_uses_config() -> None:
     recording = _make_gate(failure_policy="Ignore", timeout_seconds=3)
     (webhook,) = recording.of_type(WEBHOOK)
     hook = webhook.inputs["webhooks"][0]
-    assert hook["namespaceSelector"] == {
-        "matchExpressions": [
-            {"key": "openpolicyagent.org/webhook", "operator": "NotIn", "values": ["ignore"]}
-        ]
-    }
     assert (hook["failurePolicy"], hook["timeoutSeconds"]) == ("Ignore", 3)
     assert hook["rules"][0]["operations"] == ["CREATE"]
     assert hook["rules"][0]["resources"] == ["pods"]
@@ -102,26 +148,39 @@ def test_opa_gate_webhook_is_registered_after_opa_and_exclusions() -> None:
     needed = {
         recording.named("gate-opa").urn,
         recording.named("gate-namespace").urn,
-        recording.named("gate-kube-system-label").urn,
     }
     assert needed <= set(webhook.dependencies)
 
 
-def test_opa_gate_policies_reach_configmaps_without_tests() -> None:
+def test_opa_gate_policies_reach_one_configmap_without_tests() -> None:
     recording = _make_gate()
     maps = _config_maps(recording)
-    labelled = {
-        n
-        for n, c in maps.items()
-        if c["metadata"]["labels"].get("openpolicyagent.org/policy") == "rego"
+    assert set(maps) == {"opa-policies", "gpu-gate-config"}
+    assert set(maps["opa-policies"]["data"]) == {
+        "admission.rego",
+        "authz.rego",
+        "gpu_scheduler.rego",
+        "health.rego",
     }
-    assert labelled == {"policy-admission", "policy-gpu-scheduler"}
-    assert set(maps["opa-startup-policies"]["data"]) == {"authz.rego", "health.rego"}
-    assert not any("_test" in key for c in maps.values() for key in c["data"])
-    assert (
-        maps["policy-gpu-scheduler"]["data"]["gpu_scheduler.rego"]
-        == load_policies()["gpu_scheduler"]
-    )
+    assert maps["opa-policies"]["data"]["gpu_scheduler.rego"] == load_policies()["gpu_scheduler"]
+
+
+def test_opa_gate_opa_loads_the_mounted_policies_and_config_at_start() -> None:
+    recording = _make_gate()
+    (deployment,) = recording.of_type("kubernetes:apps/v1:Deployment")
+    pod = deployment.inputs["spec"]["template"]["spec"]
+    (opa,) = pod["containers"]
+    mounts = {m["name"]: m["mountPath"] for m in opa["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["policies"]["configMap"]["name"] == "opa-policies"
+    assert volumes["config"]["configMap"]["name"] == "gpu-gate-config"
+    assert opa["args"] == opa_run_args()
+    # The directory and the config file OPA loads are the ones mounted.
+    assert mounts["policies"] in opa["args"]
+    assert f"gpu_cluster.config:{mounts['config']}/gate.json" in opa["args"]
+    # The kubelet's ..data link and timestamped directory are not loaded a second time.
+    assert "--ignore=..*" in opa["args"]
+    assert not any(a.startswith("--watch") for a in opa["args"])
 
 
 def test_opa_gate_config_is_data_not_rego() -> None:
@@ -135,49 +194,54 @@ def test_opa_gate_config_is_data_not_rego() -> None:
     assert not any("gpu-pack" in source for source in load_policies().values())
 
 
-def test_opa_gate_management_api_is_loopback_only() -> None:
+def test_opa_gate_opa_serves_only_https_with_authorization() -> None:
     recording = _make_gate()
     (deployment,) = recording.of_type("kubernetes:apps/v1:Deployment")
-    opa = deployment.inputs["spec"]["template"]["spec"]["containers"][0]
-    addrs = [a for a in opa["args"] if a.startswith("--addr=")]
-    assert addrs == ["--addr=https://0.0.0.0:8443", "--addr=http://127.0.0.1:8181"]
-    assert {"--authentication=token", "--authorization=basic"} <= set(opa["args"])
+    (opa,) = deployment.inputs["spec"]["template"]["spec"]["containers"]
+    assert [a for a in opa["args"] if a.startswith("--addr=")] == ["--addr=https://0.0.0.0:8443"]
+    assert "--authorization=basic" in opa["args"]
     assert opa["readinessProbe"]["httpGet"] == {
         "scheme": "HTTPS",
         "port": 8443,
         "path": "/health/ready",
     }
     assert opa["image"].startswith("openpolicyagent/opa:1.")
-    assert opa["args"] == opa_run_args()
 
 
-def test_opa_gate_kube_mgmt_and_opa_share_the_management_token() -> None:
+def test_opa_gate_opa_runs_alone_without_api_access() -> None:
     recording = _make_gate()
     (deployment,) = recording.of_type("kubernetes:apps/v1:Deployment")
-    opa, kube_mgmt = deployment.inputs["spec"]["template"]["spec"]["containers"]
-    (secret,) = [
-        s for s in recording.of_type("kubernetes:core/v1:Secret") if s.name == "gate-mgmt-token"
-    ]
-    assert "stringData" in secret.secret_inputs
-    token = secret.inputs["stringData"]["value"]  # the whole map is one secret
-    assert json.loads(token["token.json"]) == {"token": token["token"]}
-    assert len(token["token"]) == 64
-    assert "--opa-auth-token-file=/mgmt/token" in kube_mgmt["args"]
-    assert "gpu_cluster.mgmt:/mgmt/token.json" in opa["args"]
+    pod = deployment.inputs["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["opa"]
+    (account,) = recording.of_type("kubernetes:core/v1:ServiceAccount")
+    assert pod["serviceAccountName"] == account.inputs["metadata"]["name"]
+    assert account.inputs["automountServiceAccountToken"] is False
+    assert pod["automountServiceAccountToken"] is False
+    rbac = [r for r in recording.resources if r.typ.startswith("kubernetes:rbac.")]
+    assert rbac == []
+    secrets = [s.inputs["metadata"]["name"] for s in recording.of_type("kubernetes:core/v1:Secret")]
+    assert secrets == ["opa-serving"]
 
 
-def test_opa_gate_rbac_is_configmaps_in_its_namespace() -> None:
-    recording = _make_gate()
-    (role,) = recording.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
-    assert role.inputs["metadata"]["namespace"] == "gpu-admission"
-    assert role.inputs["rules"] == [
-        {
-            "apiGroups": [""],
-            "resources": ["configmaps"],
-            "verbs": ["get", "list", "watch", "update", "patch"],
-        }
-    ]
-    assert recording.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding") == []
+def _inputs_checksum(recording: Recording) -> str:
+    (deployment,) = recording.of_type("kubernetes:apps/v1:Deployment")
+    annotations = deployment.inputs["spec"]["template"]["metadata"]["annotations"]
+    checksum: str = annotations["gpu-cluster.io/inputs-sha256"]
+    return checksum
+
+
+def test_opa_gate_policy_change_rolls_opa() -> None:
+    # OPA reads its files only at start, so new policies must restart its pods.
+    policies = load_policies()
+    changed = {**policies, "gpu_scheduler": policies["gpu_scheduler"] + "\n# changed\n"}
+    same = _inputs_checksum(_make_gate(policies=policies))
+    assert _inputs_checksum(_make_gate(policies=dict(policies))) == same
+    assert _inputs_checksum(_make_gate(policies=changed)) != same
+
+
+def test_opa_gate_config_change_rolls_opa() -> None:
+    before = _inputs_checksum(_make_gate(scheduler_name="gpu-pack"))
+    assert _inputs_checksum(_make_gate(scheduler_name="gpu-pack-2")) != before
 
 
 def test_opa_gate_native_engine_has_no_webhook_server() -> None:
@@ -187,9 +251,11 @@ def test_opa_gate_native_engine_has_no_webhook_server() -> None:
     assert recording.of_type("tls:index/privateKey:PrivateKey") == []
     (policy,) = recording.of_type(VAP)
     (binding,) = recording.of_type(VAP_BINDING)
-    assert binding.inputs["spec"] == admission_policy_binding_spec("gpu-scheduler-gate")
+    assert binding.inputs["spec"] == admission_policy_binding_spec(
+        "gpu-scheduler-gate", gate_namespace="gpu-admission"
+    )
     assert binding.inputs["spec"]["validationActions"] == ["Deny"]
-    assert policy.inputs["spec"]["matchConstraints"]["namespaceSelector"] == ignore_selector()
+    assert policy.inputs["spec"]["failurePolicy"] == "Fail"
 
 
 def test_opa_gate_native_engine_writes_gate_data_into_the_policy() -> None:
@@ -199,7 +265,7 @@ def test_opa_gate_native_engine_writes_gate_data_into_the_policy() -> None:
     (policy,) = recording.of_type(VAP)
     spec = policy.inputs["spec"]
     assert spec == admission_policy_spec(
-        gate_data("gpu-pack", ["example.com/dongle"], []), "Ignore"
+        gate_data("gpu-pack", ["example.com/dongle"], []), "Ignore", gate_namespace="gpu-admission"
     )
     variables = {v["name"]: v["expression"] for v in spec["variables"]}
     assert variables["requiredScheduler"] == '"gpu-pack"'
@@ -221,3 +287,90 @@ def test_opa_gate_opa_engine_has_no_admission_policy() -> None:
     recording = _make_gate(engine="opa")
     assert recording.of_type(VAP) == []
     assert len(recording.of_type(WEBHOOK)) == 1
+
+
+# Blast radius: what reaches OPA, and how OPA survives node maintenance.
+
+
+def _webhook(recording: Recording) -> dict[str, Any]:
+    (webhook,) = recording.of_type(WEBHOOK)
+    hook: dict[str, Any] = webhook.inputs["webhooks"][0]
+    return hook
+
+
+def _opa_pod(recording: Recording) -> dict[str, Any]:
+    (deployment,) = recording.of_type("kubernetes:apps/v1:Deployment")
+    pod: dict[str, Any] = deployment.inputs["spec"]["template"]["spec"]
+    return pod
+
+
+def test_opa_gate_webhook_only_receives_gpu_pods() -> None:
+    recording = _make_gate(gpu_resources=["example.com/dongle"])
+    (condition,) = _webhook(recording)["matchConditions"]
+    config = gate_data("gpu-binpack-scheduler", ["example.com/dongle"], [])
+    assert condition == {"name": "requests-gpu", "expression": gpu_request_condition(config)}
+    for gated in ('"example.com/dongle"', '"nvidia.com/gpu"', '"nvidia.com/mig-"'):
+        assert gated in condition["expression"]
+
+
+def test_opa_gate_match_condition_is_the_native_policys_cel() -> None:
+    # One source: the webhook's condition is the policy's gpuByContainer, variables inlined.
+    config = gate_data("gpu-binpack-scheduler", ["example.com/dongle"], ["vendor.example/"])
+    variables = {v["name"]: v["expression"] for v in admission_policy_spec(config)["variables"]}
+    inlined = (
+        variables["gpuByContainer"]
+        .replace("variables.containers", f"({variables['containers']})")
+        .replace("variables.gpuResources", variables["gpuResources"])
+        .replace("variables.gpuPrefixes", variables["gpuPrefixes"])
+    )
+    assert gpu_request_condition(config) == f"{inlined}.exists(l, size(l) > 0)"
+
+
+def test_opa_gate_budget_keeps_one_replica_up() -> None:
+    recording = _make_gate(replicas=2)
+    (budget,) = recording.of_type("kubernetes:policy/v1:PodDisruptionBudget")
+    spec = budget.inputs["spec"]
+    assert spec["minAvailable"] == 1
+    assert spec["selector"] == {"matchLabels": {"app.kubernetes.io/name": "opa"}}
+    assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert budget.inputs["metadata"]["namespace"] == "gpu-admission"
+
+
+def test_opa_gate_single_replica_has_no_budget_that_blocks_drains() -> None:
+    recording = _make_gate(replicas=1)
+    assert recording.of_type("kubernetes:policy/v1:PodDisruptionBudget") == []
+
+
+def test_opa_gate_native_engine_has_no_budget() -> None:
+    recording = _make_gate(engine="validating-admission-policy")
+    assert recording.of_type("kubernetes:policy/v1:PodDisruptionBudget") == []
+
+
+def test_opa_gate_opa_replicas_prefer_different_nodes() -> None:
+    pod = _opa_pod(_make_gate())
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"] == {
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "opa"}},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    assert (
+        "requiredDuringSchedulingIgnoredDuringExecution" not in pod["affinity"]["podAntiAffinity"]
+    )
+
+
+def test_opa_gate_opa_runs_with_cluster_critical_priority() -> None:
+    pod = _opa_pod(_make_gate())
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    assert not any(r.typ.endswith(":PriorityClass") for r in _make_gate().resources)
+
+
+def test_opa_gate_serving_certificate_expiry_is_an_output() -> None:
+    recording = _make_gate()
+    (cert,) = recording.of_type("tls:index/locallySignedCert:LocallySignedCert")
+    assert recording.outputs["servingCertNotAfter"] == "2028-11-23T11:00:00Z"
+    assert cert.inputs["validityPeriodHours"] == 2 * 365 * 24
+
+
+def test_opa_gate_native_engine_has_no_certificate_expiry() -> None:
+    recording = _make_gate(engine="validating-admission-policy")
+    assert recording.outputs["servingCertNotAfter"] == ""

@@ -4,8 +4,8 @@ OPA gets the policies without their tests and the gate configuration at
 data.gpu_cluster.config (a `<dotted-path>:<file>` argument), HTTPS on the main listener and
 /health on a plain-HTTP diagnostic listener, and no authorization policy, so the data API
 can be inspected. AdmissionReviews are POSTed to `/`, OPA's default decision (data.system.main).
-tests/integration/test_opa_gate_live.py starts OPA exactly as the Deployment does (token
-authorization, policies pushed as kube-mgmt pushes them) behind the real kube-apiserver.
+tests/integration/test_opa_gate_live.py starts OPA exactly as the Deployment does
+(authorization, policies and config read from mounted files) behind the real kube-apiserver.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Everything the API server gets is built by the component's own functions: the webhook
 (webhook_spec, pointed at a local OPA through clientConfig.url instead of the in-cluster
-Service), OPA's arguments and files (opa_run_args, startup_policies, gate_data,
-mgmt_token_data), the policy ConfigMaps that kube-mgmt would push through the token-guarded
-management API (policy_config_maps), and the ValidatingAdmissionPolicy and its binding.
+Service), OPA's arguments and files (opa_run_args, policy_files, gate_data), laid out as the
+kubelet mounts a ConfigMap, and the ValidatingAdmissionPolicy and its binding. Nothing is
+ever pushed into OPA: it decides from the files it read at start-up, also after a restart.
 Pods are created with dryRun=All, so nothing is stored. The control plane is shared by the
 session: each engine is active only inside its fixture, which removes it (and waits until
 the API server has forgotten it) even when the test fails.
@@ -16,7 +16,6 @@ import base64
 import contextlib
 import json
 import re
-import secrets
 import ssl
 import time
 import urllib.error
@@ -24,6 +23,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,16 +34,16 @@ from components.opa_gate import (
     ADMISSION_ENGINES,
     GATE_CONFIG_FILE,
     GATE_NAME,
-    IGNORE_LABEL,
+    OPA_PRIORITY_CLASS,
     WEBHOOK_NAME,
     admission_policy_binding_spec,
     admission_policy_spec,
     gate_data,
     load_policies,
-    mgmt_token_data,
+    opa_affinity,
+    opa_disruption_budget,
     opa_run_args,
-    policy_config_maps,
-    startup_policies,
+    policy_files,
     webhook_spec,
 )
 from tests.integration.conftest import built_tool
@@ -52,6 +52,10 @@ from tools.harness.certs import CertificateAuthority, write_private
 
 SCHEDULER = "gpu-binpack-scheduler"
 GATE_CONFIG = gate_data(SCHEDULER, ["example.com/dongle"], [])
+# The gate's own namespace in these tests: excluded by name, like kube-system.
+GATE_NAMESPACE = f"gate-own-{uuid.uuid4().hex[:8]}"
+# The label both engines used to skip; anyone who may label a namespace can set it.
+BYPASS_LABEL = {"openpolicyagent.org/webhook": "ignore"}
 LOOPBACK = "127.0.0.1"
 CPU = {"cpu": "1"}
 GPU = {"cpu": "1", "nvidia.com/gpu": "1"}
@@ -73,10 +77,9 @@ DENIAL = {
 
 @dataclass(frozen=True)
 class OpaServer:
-    """A running `opa run` with the gate's policies, data and token authorization."""
+    """A running `opa run` with the gate's policies, data and authorization."""
 
     url: str
-    mgmt_url: str
     ca_pem: bytes
     process: ManagedProcess
 
@@ -87,7 +90,10 @@ class OpaServer:
 @dataclass(frozen=True)
 class Namespaces:
     gated: str
-    ignored: str
+    labelled: str
+    """Carries BYPASS_LABEL."""
+    own: str
+    """The gate's own namespace."""
 
 
 def _http(request: urllib.request.Request, context: ssl.SSLContext | None = None) -> int:
@@ -114,76 +120,70 @@ def _wait_for(what: str, check: Callable[[], bool], diagnose: Callable[[], str])
 # ------------------------------------------------------------------------- OPA
 
 
+def _mount_like_configmap(directory: Path, files: Mapping[str, str]) -> None:
+    """Lay out `files` as the kubelet mounts a ConfigMap volume.
+
+    The data sits in a timestamped `..<date>` directory, `..data` links to it and each key
+    is a link through `..data`, so a recursive loader finds every file three times.
+    """
+    directory.mkdir()
+    stamped = directory / "..2026_01_01_00_00_00.000000001"
+    stamped.mkdir()
+    for name, content in files.items():
+        (stamped / name).write_text(content)
+    (directory / "..data").symlink_to(stamped.name)
+    for name in files:
+        (directory / name).symlink_to(f"..data/{name}")
+
+
+def _ready(server: OpaServer) -> bool:
+    ready = urllib.request.Request(f"{server.url}/health/ready")
+    return server.process.running() and _http(ready, server.context()) == 200
+
+
 @pytest.fixture(scope="module")
 def opa_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpaServer]:
-    """OPA started as the Deployment starts it, then loaded as kube-mgmt loads it."""
+    """OPA started as the Deployment starts it, from the same mounted files; no pushes."""
     opa = built_tool("opa")
     root = tmp_path_factory.mktemp("opa-gate")
-    dirs = {name: root / name for name in ("certs", "startup", "config", "mgmt")}
-    for directory in dirs.values():
-        directory.mkdir()
+    certs = root / "certs"
+    certs.mkdir()
     ca = CertificateAuthority("gpu-cluster opa-gate test CA")
     serving = ca.issue("opa", ip_addresses=[LOOPBACK], server=True)
-    (dirs["certs"] / "tls.crt").write_bytes(serving.cert_pem)
-    write_private(dirs["certs"] / "tls.key", serving.key_pem)
-    policies = load_policies()
-    for file_name, source in startup_policies(policies).items():
-        (dirs["startup"] / file_name).write_text(source)
-    (dirs["config"] / GATE_CONFIG_FILE).write_text(json.dumps(GATE_CONFIG))
-    token = secrets.token_hex(32)
-    for file_name, content in mgmt_token_data(token).items():
-        write_private(dirs["mgmt"] / file_name, content.encode())
+    (certs / "tls.crt").write_bytes(serving.cert_pem)
+    write_private(certs / "tls.key", serving.key_pem)
+    _mount_like_configmap(root / "policies", policy_files(load_policies()))
+    _mount_like_configmap(root / "config", {GATE_CONFIG_FILE: json.dumps(GATE_CONFIG)})
 
-    port, mgmt_port = free_port(), free_port()
+    port = free_port()
     argv = opa_run_args(
         https_addr=f"{LOOPBACK}:{port}",
-        mgmt_addr=f"{LOOPBACK}:{mgmt_port}",
-        **{f"{name}_dir": str(path) for name, path in dirs.items()},
+        certs_dir=str(certs),
+        policy_dir=str(root / "policies"),
+        config_dir=str(root / "config"),
     )
     process = ManagedProcess("opa", [str(opa), *argv], root / "opa.log")
+    server = OpaServer(url=f"https://{LOOPBACK}:{port}", ca_pem=ca.cert_pem, process=process)
     process.start()
-    mgmt = f"http://{LOOPBACK}:{mgmt_port}"
-    server = OpaServer(
-        url=f"https://{LOOPBACK}:{port}", mgmt_url=mgmt, ca_pem=ca.cert_pem, process=process
-    )
     try:
-        _wait_for(
-            "OPA's management listener",
-            lambda: process.running() and _http(urllib.request.Request(f"{mgmt}/health")) == 200,
-            process.tail,
-        )
-        # What kube-mgmt does with each labelled ConfigMap: PUT its keys as policies.
-        for map_name, data in policy_config_maps(policies).items():
-            for key, source in data.items():
-                put = urllib.request.Request(
-                    f"{mgmt}/v1/policies/gpu-admission/{map_name}/{key}",
-                    data=source.encode(),
-                    method="PUT",
-                    headers={"Authorization": f"Bearer {token}", "Content-Type": "text/plain"},
-                )
-                status = _http(put)
-                assert status == 200, f"loading {map_name}/{key}: HTTP {status}\n{process.tail()}"
         # The readiness probe: anonymous GET over HTTPS, ready once policy and data are in.
-        ready = urllib.request.Request(f"{server.url}/health/ready")
-        _wait_for(
-            "OPA readiness (/health/ready)",
-            lambda: process.running() and _http(ready, server.context()) == 200,
-            process.tail,
-        )
+        _wait_for("OPA readiness (/health/ready)", lambda: _ready(server), process.tail)
         yield server
     finally:
         process.stop()
 
 
-def test_opa_gate_live_opa_refuses_anonymous_management(opa_server: OpaServer) -> None:
+def test_opa_gate_live_opa_refuses_policy_and_data_api(opa_server: OpaServer) -> None:
     # Anonymous callers (the API server, anyone reaching the Service) get decisions and
-    # /health only, on either listener; kube-mgmt's token was accepted by the fixture.
-    for base, context in ((opa_server.url, opa_server.context()), (opa_server.mgmt_url, None)):
-        upload = urllib.request.Request(
-            f"{base}/v1/policies/evil", data=b"package evil", method="PUT"
-        )
-        read = urllib.request.Request(f"{base}/v1/data/gpu_cluster/mgmt")
-        assert (_http(upload, context), _http(read, context)) == (401, 401), base
+    # /health only: nobody can replace the policy or read or change its data over HTTP.
+    context = opa_server.context()
+    base = opa_server.url
+    upload = urllib.request.Request(f"{base}/v1/policies/evil", data=b"package evil", method="PUT")
+    delete = urllib.request.Request(f"{base}/v1/policies/{GATE_NAME}", method="DELETE")
+    read = urllib.request.Request(f"{base}/v1/data/gpu_cluster/config")
+    write = urllib.request.Request(f"{base}/v1/data/gpu_cluster/config", data=b"{}", method="PUT")
+    statuses = [_http(r, context) for r in (upload, delete, read, write)]
+    assert statuses == [401, 401, 401, 401]
 
 
 # ---------------------------------------------------------------- API server
@@ -233,18 +233,26 @@ def _denied_by(engine: str, outcome: str | None) -> bool:
 @pytest.fixture(scope="module")
 def namespaces(control_plane: LocalControlPlane) -> Iterator[Namespaces]:
     suffix = uuid.uuid4().hex[:8]
-    made = Namespaces(gated=f"gate-team-{suffix}", ignored=f"gate-ignored-{suffix}")
-    control_plane.create_namespace(made.gated)
-    control_plane.create_namespace(made.ignored)
-    control_plane.request(
-        "PATCH",
-        f"/api/v1/namespaces/{made.ignored}",
-        {"metadata": {"labels": {IGNORE_LABEL: "ignore"}}},
+    made = Namespaces(
+        gated=f"gate-team-{suffix}", labelled=f"gate-labelled-{suffix}", own=GATE_NAMESPACE
     )
+    for name in (made.gated, made.labelled, made.own):
+        control_plane.create_namespace(name)
+    control_plane.request(
+        "PATCH", f"/api/v1/namespaces/{made.labelled}", {"metadata": {"labels": BYPASS_LABEL}}
+    )
+    # kube-system exists, but without kube-controller-manager nothing gives it the
+    # `default` ServiceAccount pods are admitted with; a real cluster has it.
+    with contextlib.suppress(urllib.error.HTTPError):
+        control_plane.request(
+            "POST",
+            "/api/v1/namespaces/kube-system/serviceaccounts",
+            {"metadata": {"name": "default"}},
+        )
     try:
         yield made
     finally:
-        for name in (made.gated, made.ignored):
+        for name in (made.gated, made.labelled, made.own):
             with contextlib.suppress(urllib.error.HTTPError):
                 control_plane.request("DELETE", f"/api/v1/namespaces/{name}")
 
@@ -253,6 +261,8 @@ def namespaces(control_plane: LocalControlPlane) -> Iterator[Namespaces]:
 def _webhook_engine(cp: LocalControlPlane, opa: OpaServer) -> Iterator[None]:
     path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
     hook = webhook_spec(
+        config=GATE_CONFIG,
+        gate_namespace=GATE_NAMESPACE,
         client_config={
             "url": f"{opa.url}/",
             "caBundle": base64.b64encode(opa.ca_pem).decode(),
@@ -270,8 +280,14 @@ def _webhook_engine(cp: LocalControlPlane, opa: OpaServer) -> Iterator[None]:
 @contextlib.contextmanager
 def _policy_engine(cp: LocalControlPlane) -> Iterator[None]:
     api = "/apis/admissionregistration.k8s.io/v1"
-    policy = {"metadata": {"name": GATE_NAME}, "spec": admission_policy_spec(GATE_CONFIG)}
-    binding = {"metadata": {"name": GATE_NAME}, "spec": admission_policy_binding_spec()}
+    policy = {
+        "metadata": {"name": GATE_NAME},
+        "spec": admission_policy_spec(GATE_CONFIG, gate_namespace=GATE_NAMESPACE),
+    }
+    binding = {
+        "metadata": {"name": GATE_NAME},
+        "spec": admission_policy_binding_spec(gate_namespace=GATE_NAMESPACE),
+    }
     cp.request("POST", f"{api}/validatingadmissionpolicies", policy)
     try:
         cp.request("POST", f"{api}/validatingadmissionpolicybindings", binding)
@@ -351,11 +367,94 @@ def test_opa_gate_live_admits_cpu_only_pod(
     assert _create(api_client, namespaces.gated, pod) is None
 
 
-def test_opa_gate_live_admits_gpu_pod_in_ignored_namespace(
+def test_opa_gate_live_label_does_not_bypass_the_gate(
     engine: str, api_client: Any, namespaces: Namespaces
 ) -> None:
-    pod = _pod("train-2", GPU)
-    assert _create(api_client, namespaces.ignored, pod) is None
+    outcome = _create(api_client, namespaces.labelled, _pod("train-2", GPU))
+    assert _denied_by(engine, outcome), f"{engine} let a labelled namespace through: {outcome}"
+
+
+@pytest.mark.parametrize("excluded", ["own", "kube-system"])
+def test_opa_gate_live_admits_gpu_pod_in_excluded_namespace(
+    engine: str, api_client: Any, namespaces: Namespaces, excluded: str
+) -> None:
+    namespace = namespaces.own if excluded == "own" else "kube-system"
+    assert _create(api_client, namespace, _pod("train-3", GPU)) is None
+
+
+OPA_SELECTOR = {"app.kubernetes.io/name": "opa"}
+
+
+def test_opa_gate_live_opa_scheduling_fields_are_accepted_in_the_gate_namespace(
+    control_plane: LocalControlPlane, namespaces: Namespaces
+) -> None:
+    # The Priority admission plugin resolves the class; it is not reserved to kube-system.
+    pod = {
+        "metadata": {"name": "opa-0", "labels": OPA_SELECTOR},
+        "spec": {
+            "priorityClassName": OPA_PRIORITY_CLASS,
+            "affinity": opa_affinity(OPA_SELECTOR),
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "opa", "image": "registry.invalid/opa:1"}],
+        },
+    }
+    created = control_plane.request(
+        "POST", f"/api/v1/namespaces/{namespaces.own}/pods?dryRun=All", pod
+    )
+    assert created["spec"]["priorityClassName"] == OPA_PRIORITY_CLASS
+    assert created["spec"]["priority"] == 2000000000
+
+
+def test_opa_gate_live_disruption_budget_is_accepted(
+    control_plane: LocalControlPlane, namespaces: Namespaces
+) -> None:
+    spec = opa_disruption_budget(2, OPA_SELECTOR)
+    assert spec is not None
+    created = control_plane.request(
+        "POST",
+        f"/apis/policy/v1/namespaces/{namespaces.own}/poddisruptionbudgets?dryRun=All",
+        {"metadata": {"name": "opa"}, "spec": spec},
+    )
+    assert created["spec"] == spec
+
+
+# OPA answers this fast once its files are read; the kubelet probes every 5 s.
+RESTART_READY_S = 10.0
+
+
+def test_opa_gate_live_decides_again_after_opa_restarts(
+    control_plane: LocalControlPlane,
+    api_client: Any,
+    namespaces: Namespaces,
+    opa_server: OpaServer,
+) -> None:
+    ns, process = namespaces.gated, opa_server.process
+    with _engine_active("opa", control_plane, api_client, ns, opa_server):
+        process.stop()
+        try:
+            # While OPA is down, failurePolicy Fail holds GPU pods back, and only them:
+            # the webhook's match condition never sends other pods to OPA.
+            outage = _create(api_client, ns, _pod("train-outage", GPU, scheduler=SCHEDULER))
+            cpu_in_outage = _create(api_client, ns, _pod("web-outage", CPU))
+            started = time.monotonic()
+            process.start()
+            _wait_for("OPA readiness after a restart", lambda: _ready(opa_server), process.tail)
+            ready_s = time.monotonic() - started
+            # Nothing was pushed: the restarted OPA judges from the files it read.
+            denied = _create(api_client, ns, _pod("train-restart-0", GPU))
+            admitted = _create(api_client, ns, _pod("train-restart-1", GPU, scheduler=SCHEDULER))
+        finally:
+            if not process.running():
+                process.start()
+    print(f"OPA ready {ready_s:.2f} s after its restart")
+
+    assert outage is not None and "failed calling webhook" in outage, outage
+    assert cpu_in_outage is None
+    assert ready_s < RESTART_READY_S
+    denial = DENIAL["opa"].match(denied or "")
+    assert denial, f"not denied by the restarted OPA: {denied}"
+    assert denial["message"].startswith(f'pod "{ns}/train-restart-0" requests nvidia.com/gpu')
+    assert admitted is None
 
 
 # Pods both engines must judge alike; the Rego policy is the reference.
