@@ -24,10 +24,12 @@ None of this is a product feature: it exists so that the scenario tests (tests/e
 
 from __future__ import annotations
 
+import asyncio
 import json
 import runpy
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -39,6 +41,8 @@ from pulumi.runtime.mocks import MockMonitor
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "gpu-cluster"
+# Resources registered at once; enough that no wait ever blocks another resource.
+PARALLEL = 256
 
 
 @dataclass
@@ -203,6 +207,13 @@ class StackEngine:
 
         @pulumi.runtime.test
         def run() -> pulumi.Output[Any]:
+            # Registrations run on the loop's default executor, where each one blocks until
+            # its resource is ready. The engine has no such cap (its --parallel default is
+            # unbounded), so neither may the harness: a Service awaiting endpoints must not
+            # hold up the Deployment that provides them.
+            asyncio.get_event_loop().set_default_executor(
+                ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="register")
+            )
             runpy.run_path(str(REPO_ROOT / "__main__.py"), run_name="__main__")
             root = settings.get_root_resource()
             exports = dict(getattr(root, "outputs", {}))

@@ -11,12 +11,14 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pulumi
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from .engine import Resource
+from .engine import Resource, reveal
+from .recorded import changed_inputs
 
 _CURVES: dict[str, Any] = {
     "P224": ec.SECP224R1,
@@ -24,16 +26,17 @@ _CURVES: dict[str, Any] = {
     "P384": ec.SECP384R1,
     "P521": ec.SECP521R1,
 }
+# The provider's allowed_uses names -> cryptography's KeyUsage fields.
 _KEY_USAGES = {
-    "digital_signature",
-    "content_commitment",
-    "key_encipherment",
-    "data_encipherment",
-    "key_agreement",
-    "cert_signing",
-    "crl_signing",
-    "encipher_only",
-    "decipher_only",
+    "digital_signature": "digital_signature",
+    "content_commitment": "content_commitment",
+    "key_encipherment": "key_encipherment",
+    "data_encipherment": "data_encipherment",
+    "key_agreement": "key_agreement",
+    "cert_signing": "key_cert_sign",
+    "crl_signing": "crl_sign",
+    "encipher_only": "encipher_only",
+    "decipher_only": "decipher_only",
 }
 _EXTENDED_USAGES = {
     "server_auth": ExtendedKeyUsageOID.SERVER_AUTH,
@@ -70,7 +73,7 @@ def _signing_hash(key: Any) -> Any:
 
 
 def _usages(builder: x509.CertificateBuilder, uses: Sequence[str]) -> x509.CertificateBuilder:
-    flags = {name: name in uses for name in _KEY_USAGES}
+    flags = {field: name in uses for name, field in _KEY_USAGES.items()}
     if any(flags.values()):
         builder = builder.add_extension(x509.KeyUsage(**flags), critical=True)
     extended = [_EXTENDED_USAGES[u] for u in uses if u in _EXTENDED_USAGES]
@@ -128,14 +131,19 @@ class TlsProvider:
     """PrivateKey, SelfSignedCert, CertRequest and LocallySignedCert."""
 
     def create(self, res: Resource) -> tuple[str, dict[str, Any]]:
-        inputs = res.inputs
+        inputs = reveal(res.inputs)
         kind = res.typ.rpartition(":")[2]
         if kind == "PrivateKey":
             key = _private_key(inputs)
             public = key.public_key().public_bytes(
                 serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
             )
-            outputs = {**inputs, "privateKeyPem": _pem(key), "publicKeyPem": public.decode()}
+            outputs = {
+                **inputs,
+                # A secret output, as the provider declares it.
+                "privateKeyPem": pulumi.Output.secret(_pem(key)),
+                "publicKeyPem": public.decode(),
+            }
         elif kind == "SelfSignedCert":
             key = _load_key(inputs["privateKeyPem"])
             subject = _subject(inputs)
@@ -177,8 +185,7 @@ class TlsProvider:
         return uuid.uuid4().hex, outputs
 
     def diff(self, old: Resource, new: Resource) -> list[str]:
-        keys = set(old.inputs) | set(new.inputs)
-        return sorted(k for k in keys if old.inputs.get(k) != new.inputs.get(k))
+        return changed_inputs(old, new)
 
     def update(self, old: Resource, new: Resource) -> dict[str, Any]:
         # Every tls input forces a replacement; the engine would create anew.

@@ -54,6 +54,9 @@ class PodFiles:
         flag, eq, value = arg.partition("=")
         if eq and value.startswith("/"):
             return f"{flag}={self.local(value)}"
+        prefix, colon, path = arg.partition(":")
+        if colon and path.startswith("/") and not arg.startswith("/"):  # opa's <path>:<file>
+            return f"{prefix}:{self.local(path)}"
         return self.local(arg) if arg.startswith("/") else arg
 
 
@@ -173,10 +176,9 @@ class PodRuntime:
     ) -> PodProcess:
         meta = pod.metadata
         files = self._materialize(core, pod, container)
-        command = [*(container.command or []), *(container.args or [])]
-        if not command:
-            raise RuntimeError(f"pod {meta.namespace}/{meta.name}: {container.name} has no command")
-        argv = [str(require_tool(tool)), *(files.rewrite(arg) for arg in command[1:])]
+        # `command` replaces the image's entrypoint (the tool itself); `args` follow it.
+        arguments = [*(container.command or [tool])[1:], *(container.args or [])]
+        argv = [str(require_tool(tool)), *(files.rewrite(arg) for arg in arguments)]
         argv = adapter(argv, pod.status.pod_ip, files)
         process = ManagedProcess(f"{meta.namespace}-{meta.name}", argv, files.root / "log")
         process.start()

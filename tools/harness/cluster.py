@@ -7,14 +7,19 @@ lifecycle controller taints and evicts), the cluster's own kube-scheduler (defau
 kwok, which plays the kubelet of every fake node: it reports the node Ready with a lease
 heartbeat and moves the pods bound to it through Running (and Succeeded for Jobs).
 
-Pod IPs come from a loopback range (POD_CIDR), so a process the harness starts on a pod's IP
-serves that pod for real: the API server reaches a webhook Service through its endpoints
-(``--enable-aggregator-routing``), exactly as it would reach a pod on a real cluster.
+Pod IPs come from a range that this host treats as its own (PodNetwork), so a process the
+harness starts on a pod's IP serves that pod for real: the API server reaches a webhook
+Service through its endpoints (``--enable-aggregator-routing``), exactly as it would reach a
+pod on a real cluster.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import random
+import shutil
 import ssl
+import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -43,8 +48,10 @@ CLUSTER_TOOLS = (
 )
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_MANAGED = "fake"
-# Every pod gets an address on the loopback interface (Linux routes all of 127.0.0.0/8 to lo).
-POD_CIDR = "127.1.0.1/16"
+# Pod addresses: a /24 of the benchmarking range (RFC 2544, never routed on the internet),
+# made local to this host for the cluster's lifetime. Endpoints may not hold loopback
+# addresses, so 127.0.0.0/8 cannot serve.
+POD_SUPERNET = ipaddress.ip_network("198.18.0.0/15")
 NODE_LEASE_SECONDS = 40
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
@@ -81,6 +88,46 @@ def node_ready(node: Mapping[str, Any]) -> bool:
     return ready and not any(t.get("key") == NOT_READY_TAINT for t in taints)
 
 
+class PodNetwork:
+    """A /24 routed to the loopback interface (`ip route add local`), so any address in it is
+    this host's own, like Linux AnyIP. Needs CAP_NET_ADMIN; removed again by `release`."""
+
+    def __init__(self) -> None:
+        subnets = list(POD_SUPERNET.subnets(new_prefix=24))
+        self.network = random.choice(subnets[1:])
+        self._added = False
+
+    @property
+    def cidr(self) -> str:
+        """The range for kwok's --cidr (its first address is the gateway)."""
+        return f"{self.network.network_address + 1}/{self.network.prefixlen}"
+
+    def claim(self) -> None:
+        ip = shutil.which("ip")
+        if ip is None:
+            raise ControlPlaneError("the `ip` command (iproute2) is needed for the pod network")
+        done = subprocess.run(
+            [ip, "route", "add", "local", str(self.network), "dev", "lo"],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise ControlPlaneError(
+                f"cannot route the pod network {self.network} to this host "
+                f"(`ip route add local {self.network} dev lo`, needs CAP_NET_ADMIN): "
+                f"{done.stderr.strip()}"
+            )
+        self._added = True
+
+    def release(self) -> None:
+        if self._added:
+            subprocess.run(
+                ["ip", "route", "del", "local", str(self.network), "dev", "lo"],
+                capture_output=True,
+            )
+            self._added = False
+
+
 class LocalCluster:
     """etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok on 127.0.0.1.
 
@@ -108,6 +155,7 @@ class LocalCluster:
         self._controller_manager: ManagedProcess | None = None
         self._kwok: ManagedProcess | None = None
         self._scheduler: SchedulerHandle | None = None
+        self.pod_network = PodNetwork()
 
     # -------------------------------------------------------------- lifecycle
     def __enter__(self) -> LocalCluster:
@@ -127,6 +175,7 @@ class LocalCluster:
             require_tool(tool)
         cp = self.control_plane
         try:
+            self.pod_network.claim()
             cp.start()
             self._start_controller_manager()
             self._scheduler = cp.start_scheduler("", timeout=self.startup_timeout)
@@ -144,6 +193,7 @@ class LocalCluster:
                 process.stop()
         self._kwok = self._controller_manager = self._scheduler = None
         self.control_plane.stop()
+        self.pod_network.release()
 
     # ------------------------------------------------------------- components
     def _start_controller_manager(self) -> None:
@@ -184,7 +234,7 @@ class LocalCluster:
             f"--config={require_tool('kwok-stages.yaml')}",
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}={KWOK_MANAGED}",
-            f"--cidr={POD_CIDR}",
+            f"--cidr={self.pod_network.cidr}",
             "--node-ip=127.0.0.1",
             f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
             f"--server-address=127.0.0.1:{free_port()}",
