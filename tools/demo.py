@@ -1,20 +1,23 @@
-"""``python -m tools.demo`` (``make demo``): the stack, for real, on a local control plane.
+"""``python -m tools.demo`` (``make demo``): the whole stack on a local cluster, then workloads.
 
-1. Builds the pinned tools on first use (etcd, kube-apiserver, kube-scheduler, OPA,
-   promtool, the Pulumi CLI), with progress; later runs reuse them.
-2. Starts etcd + kube-apiserver on loopback and creates the nodes of Pulumi.local.yaml
-   (GPU pool nodes advertise nvidia.com/gpu as the device plugin would).
-3. Runs the stack's node layers (ExtendedResourceNode, TaintedGpuPool) with the real Pulumi
-   engine: ``up``, then a second ``up`` that changes nothing.
-4. Runs the binpack scheduler as a local process from the configuration BinpackScheduler
-   renders, binds GPU pods, and registers the gate's ValidatingAdmissionPolicy from the
-   OpaGate spec functions, which rejects a GPU pod without that scheduler name.
-5. ``destroy``, checks the nodes are exactly as before, and stops everything.
+1. Builds the pinned tools on first use (etcd, kube-apiserver, kube-controller-manager,
+   kube-scheduler, kwok, OPA, the monitoring CRDs), with progress; later runs reuse them.
+2. Starts a local cluster (tools/harness/cluster.py: etcd, kube-apiserver with
+   ExtendedResourceToleration, kube-controller-manager, kube-scheduler, kwok) with the nodes
+   of Pulumi.<stack>.yaml as simulated kubelets; GPU pool nodes advertise nvidia.com/gpu.
+3. Applies the whole program (__main__.py) in the engine's order through the e2e harness
+   (tests/e2e: every Kubernetes object server-side applied and awaited, the node layers
+   through their real dynamic providers, TLS generated locally, Helm releases and SSH
+   commands recorded), then a second time, which changes nothing.
+4. Runs what a user runs: GPU pods with only their GPU limit and the scheduler name, bound
+   by the stack's own scheduler (a kube-scheduler process started from the applied
+   ConfigMap with the token of the stack's ServiceAccount); a GPU pod without the scheduler
+   name, refused by the applied gate; a CPU pod, kept off the GPU nodes.
+5. Shows the dashboard ConfigMap and the PrometheusRule, destroys the stack and checks the
+   nodes are as before and no object of the stack is left.
 
-The kubernetes provider plugin cannot be built from the Go module proxy (tools/README.md),
-so the scheduler's and the gate's Kubernetes objects are not created through the engine
-here: the scheduler runs from the same rendered configuration and the gate's policy is
-created from the same spec functions the components use.
+What needs the real provider plugins (the Helm charts' own workloads, SSH to hosts) is
+recorded, not run: README.md, "What `make demo` proves".
 """
 
 from __future__ import annotations
@@ -22,212 +25,175 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import client
+from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
-from components.binpack_scheduler import render_config_yaml
-from components.opa_gate import (
-    GATE_NAME,
-    admission_policy_binding_spec,
-    admission_policy_spec,
-    gate_data,
-)
-from stack_config import StackConfig
-from tools.harness import CONTROL_PLANE_TOOLS, LocalControlPlane, missing_tools
-from tools.harness.fake_nodes import GPU_RESOURCE, create_nodes, inventory_nodes
-from tools.harness.fake_nodes import snapshot as node_snapshot
-from tools.harness.pulumi_engine import (
-    PULUMI_ENGINE_TOOLS,
-    inline_stack,
-    node_layers_program,
-    stack_file_config,
-)
-
 REPO_ROOT = Path(__file__).resolve().parents[1]
-STACK = "local"
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
 
+from tests.e2e.conftest import E2E_TOOLS  # noqa: E402
+from tests.e2e.stack import AppliedStack  # noqa: E402
+from tools.harness.controlplane import missing_tools  # noqa: E402
 
-def gpu_pod(name: str, gpus: int, taint: dict[str, str], scheduler: str | None) -> client.V1Pod:
-    """A pod requesting whole GPUs and tolerating the pool's taint."""
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name),
-        spec=client.V1PodSpec(
-            scheduler_name=scheduler,
-            automount_service_account_token=False,
-            tolerations=[
-                client.V1Toleration(key=taint["key"], operator="Exists", effect=taint["effect"])
-            ],
-            containers=[
-                client.V1Container(
-                    name="cuda",
-                    image="nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04",
-                    resources=client.V1ResourceRequirements(
-                        requests={GPU_RESOURCE: str(gpus)}, limits={GPU_RESOURCE: str(gpus)}
-                    ),
-                )
-            ],
-        ),
-    )
-
-
-def wait_bound(
-    core: client.CoreV1Api, ns: str, names: Sequence[str], timeout: float = 60
-) -> dict[str, str]:
-    """Pod name -> node name, once every pod is bound (or what is bound after `timeout`)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        bound = {}
-        for name in names:
-            pod: Any = core.read_namespaced_pod(name, ns)
-            if pod.spec.node_name:
-                bound[name] = pod.spec.node_name
-        if len(bound) == len(names) or time.monotonic() > deadline:
-            return bound
-        time.sleep(0.2)
-
-
-def rejection(core: client.CoreV1Api, ns: str, pod: client.V1Pod, timeout: float = 30) -> str:
-    """The API server's message refusing `pod` (a dry-run create).
-
-    A freshly created ValidatingAdmissionPolicy takes a moment to be enforced, so an
-    admitted probe is retried until `timeout`.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            core.create_namespaced_pod(ns, pod, dry_run="All")
-        except ApiException as exc:
-            if exc.status in (400, 403, 422):
-                return str(yaml.safe_load(exc.body or "{}").get("message") or exc.reason)
-            raise
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the gate still admits the pod after {timeout:.0f} s")
-        time.sleep(0.3)
-
-
-@contextmanager
-def admission_policy(cp: LocalControlPlane, config: StackConfig) -> Iterator[None]:
-    """The gate's ValidatingAdmissionPolicy and binding, from OpaGate's spec functions."""
-    advertised = sorted({r for res in config.extended_resources.values() for r in res})
-    data = gate_data(config.scheduler.name, advertised, [])
-    api = "/apis/admissionregistration.k8s.io/v1"
-    policy = {"metadata": {"name": GATE_NAME}, "spec": admission_policy_spec(data)}
-    binding = {"metadata": {"name": GATE_NAME}, "spec": admission_policy_binding_spec()}
-    cp.request("POST", f"{api}/validatingadmissionpolicies", policy)
-    cp.request("POST", f"{api}/validatingadmissionpolicybindings", binding)
-    try:
-        yield
-    finally:
-        cp.request("DELETE", f"{api}/validatingadmissionpolicybindings/{GATE_NAME}")
-        cp.request("DELETE", f"{api}/validatingadmissionpolicies/{GATE_NAME}")
-
-
-def ensure_tools() -> None:
-    """Build whatever is missing (no-ops when up to date), showing the builders' progress."""
-    if missing_tools(("opa", *CONTROL_PLANE_TOOLS)):
-        subprocess.run(["bash", str(REPO_ROOT / "tools/build-tools.sh")], check=True)
-    if missing_tools(PULUMI_ENGINE_TOOLS):
-        subprocess.run(["bash", str(REPO_ROOT / "tools/build-pulumi.sh")], check=True)
-
-
-def print_nodes(title: str, snap: dict[str, dict[str, Any]]) -> None:
-    print(f"\n{title}")
-    print(f"  {'node':<13} {'nvidia.com/gpu':>14} {'example.com/dongle':>18}  taints")
-    for name, node in snap.items():
-        taints = ", ".join(
-            f"{t['key']}{'=' + t['value'] if t.get('value') else ''}:{t['effect']}"
-            for t in node["taints"]
-        )
-        gpus = node["allocatable"].get(GPU_RESOURCE, "-")
-        dongles = node["allocatable"].get("example.com/dongle", "-")
-        print(f"  {name:<13} {gpus:>14} {dongles:>18}  {taints or '-'}")
+GPU = "nvidia.com/gpu"
 
 
 def step(text: str) -> None:
     print(f"\n==> {text}", flush=True)
 
 
-def run(keep: bool) -> int:
-    config = stack_file_config(STACK)
-    ensure_tools()
-    step("starting etcd + kube-apiserver on 127.0.0.1")
-    with LocalControlPlane() as cp:
-        api_client = cp.api_client()
-        core = client.CoreV1Api(api_client)
-        nodes = create_nodes(api_client, inventory_nodes(config))
-        before = node_snapshot(api_client, nodes)
-        print_nodes("nodes before", before)
+def ensure_tools() -> None:
+    """Build whatever is missing (each build is a no-op when up to date), with progress."""
+    if missing_tools(E2E_TOOLS):
+        subprocess.run(["bash", str(REPO_ROOT / "tools/build-tools.sh")], check=True)
 
-        step("pulumi up (node layers, real engine, local backend)")
-        stack = inline_stack(
-            "gpu-cluster",
-            STACK,
-            node_layers_program(config, cp.kubeconfig_yaml()),
-            cp.workdir / "pulumi",
-        )
-        started = time.monotonic()
-        first = stack.up(on_output=print)
-        print(f"pulumi up: {first.summary.resource_changes} in {time.monotonic() - started:.1f} s")
-        started = time.monotonic()
-        again = stack.up()
+
+def print_nodes(title: str, state: dict[str, dict[str, Any]]) -> None:
+    print(f"  {title}")
+    print(f"    {'node':<16} {'gpu':>4} {'dongle':>6}  taints / pool labels")
+    for name, node in state.items():
+        taints = ", ".join(f"{k}{'=' + v if v else ''}:{e}" for k, v, e in node["taints"]) or "-"
+        labels = ", ".join(f"{k}={v}" for k, v in node["labels"].items() if "gpu-cluster" in k)
+        gpus = node["allocatable"].get(GPU, "-")
+        dongles = node["allocatable"].get("example.com/dongle", "-")
+        print(f"    {name:<16} {gpus:>4} {dongles:>6}  {taints}{'; ' + labels if labels else ''}")
+
+
+def pod(name: str, limits: dict[str, str], scheduler: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "registry.invalid/job:1", "resources": {}}]
+    }
+    spec["containers"][0]["resources"]["limits" if GPU in limits else "requests"] = limits
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def wait_running(core: Any, ns: str, names: list[str], timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = {n: core.read_namespaced_pod(n, ns) for n in names}
+        if all(p.status.phase == "Running" for p in pods.values()):
+            return pods
+        if time.monotonic() > deadline:
+            pending = [n for n, p in pods.items() if p.status.phase != "Running"]
+            raise RuntimeError(f"pods not Running after {timeout:.0f} s: {pending}")
+        time.sleep(0.3)
+
+
+def scheduled_by(core: Any, ns: str, name: str) -> str:
+    events = core.list_namespaced_event(
+        ns, field_selector=f"involvedObject.name={name},reason=Scheduled"
+    ).items
+    return ", ".join(sorted({e.reporting_component or "" for e in events})) or "?"
+
+
+def workloads(applied: AppliedStack) -> None:
+    core: Any = client.CoreV1Api(applied.api_client())
+    scheduler = applied.outputs["schedulerName"]
+    ns = f"demo-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+
+    step(f"GPU pods with only a GPU limit and schedulerName {scheduler}")
+    names = ["train-a", "train-b", "train-c"]
+    for name, gpus in zip(names, ("2", "1", "1"), strict=True):
+        core.create_namespaced_pod(ns, pod(name, {GPU: gpus}, scheduler))
+    for name, p in wait_running(core, ns, names).items():
+        tolerations = [f"{t.key}:{t.effect}" for t in p.spec.tolerations or [] if t.key == GPU]
         print(
-            f"second pulumi up: {again.summary.resource_changes} "
-            f"in {time.monotonic() - started:.1f} s"
+            f"  {name}: {p.status.phase} on {p.spec.node_name}, bound by "
+            f"{scheduled_by(core, ns, name)}; tolerations added at admission: {tolerations}"
         )
-        print_nodes("nodes after pulumi up", node_snapshot(api_client, nodes))
-        taint = first.outputs["gpuTaint"].value
 
-        step(f"{config.scheduler.name}: kube-scheduler with the rendered configuration")
-        ns = f"demo-{uuid.uuid4().hex[:6]}"
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-        # No controller-manager runs here to create the namespace's default ServiceAccount.
-        core.create_namespaced_service_account(
-            ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="default"))
+    step("a GPU pod without the scheduler name")
+    try:
+        core.create_namespaced_pod(ns, pod("stray", {GPU: "1"}))
+        print("  ADMITTED (the gate did not refuse it)")
+    except ApiException as exc:
+        message = yaml.safe_load(exc.body or "{}").get("message", exc.reason)
+        print(f"  refused, HTTP {exc.status}: {message}")
+
+    step("a CPU pod")
+    core.create_namespaced_pod(ns, pod("web", {"cpu": "100m"}))
+    web = wait_running(core, ns, ["web"])["web"]
+    where = "a GPU node!" if web.spec.node_name in applied.gpu_nodes else "a CPU node"
+    print(f"  web: Running on {web.spec.node_name} ({where})")
+    core.delete_namespace(ns)
+
+
+def monitoring(applied: AppliedStack) -> None:
+    outputs = applied.outputs
+    if "gpuDashboard" not in outputs:
+        print("  (monitoring is off in this stack)")
+        return
+    api = dynamic.DynamicClient(applied.api_client())
+    maps = api.resources.get(api_version="v1", kind="ConfigMap")
+    dashboard = outputs["gpuDashboard"]
+    namespace = outputs.get("monitoringNamespace") or "monitoring"
+    found = maps.get(namespace=namespace, label_selector="grafana_dashboard=1").items
+    print(f"  dashboard ConfigMap(s) in {namespace}: {[m.metadata.name for m in found]}")
+    print(f"  dashboard: {dashboard}")
+    rules = api.resources.get(api_version="monitoring.coreos.com/v1", kind="PrometheusRule")
+    for rule in rules.get(namespace=namespace).items:
+        alerts = [r.alert for g in rule.spec.groups for r in g.rules if r.alert]
+        print(f"  PrometheusRule {rule.metadata.name}: {', '.join(alerts)}")
+    for release in applied.stand_ins.helm.releases.values() if applied.stand_ins else []:
+        print(
+            f"  Helm release {release.namespace}/{release.name}: chart {release.chart} "
+            f"{release.version} (recorded with {len(release.values)} top-level values)"
         )
-        names = [f"train-{i}" for i in range(3)]
-        with cp.start_scheduler(render_config_yaml(config.scheduler.profile)):
-            for name in names:
-                core.create_namespaced_pod(ns, gpu_pod(name, 1, taint, config.scheduler.name))
-            for pod, node in sorted(wait_bound(core, ns, names).items()):
-                print(f"  {ns}/{pod}: 1 GPU, schedulerName={config.scheduler.name} -> {node}")
-
-        step("the gate (ValidatingAdmissionPolicy) and a GPU pod without the scheduler name")
-        with admission_policy(cp, config):
-            message = rejection(core, ns, gpu_pod("rogue", 1, taint, None))
-            print(f"  rejected: {message}")
-            if keep:
-                print(f"\n  export KUBECONFIG={cp.kubeconfig_path}\n  Ctrl-C to finish")
-                try:
-                    while True:
-                        time.sleep(1)
-                except KeyboardInterrupt:
-                    pass
-
-        step("pulumi destroy")
-        stack.destroy(on_output=print)
-        after = node_snapshot(api_client, nodes)
-        print_nodes("nodes after pulumi destroy", after)
-        same = after == before
-        print(f"\nnodes exactly as before: {'yes' if same else 'NO'}")
-        step("stopping the control plane")
-    return 0 if same else 1
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m tools.demo", description="gpu-cluster on a local control plane"
-    )
-    parser.add_argument("--keep", action="store_true", help="pause before destroy until Ctrl-C")
+def run(stack: str) -> int:
+    ensure_tools()
+    with tempfile.TemporaryDirectory(prefix="gpu-cluster-demo-") as tmp:
+        step(f"local cluster with the nodes of Pulumi.{stack}.yaml (kwok kubelets)")
+        with AppliedStack(stack, Path(tmp)) as applied:
+            print_nodes("before", applied.nodes_before)
+
+            step("pulumi up (the whole program through the e2e harness)")
+            started = time.monotonic()
+            steps = applied.up()
+            print(f"  {len(steps)} resources created in {time.monotonic() - started:.1f} s")
+            print_nodes("after", applied.node_state())
+            started = time.monotonic()
+            again = applied.up()
+            changed = [s for s in again if s.op != "same"]
+            print(
+                f"  second up: {len(again) - len(changed)} unchanged, {len(changed)} changed "
+                f"in {time.monotonic() - started:.1f} s"
+            )
+
+            workloads(applied)
+
+            step("monitoring objects")
+            monitoring(applied)
+
+            step("pulumi destroy")
+            started = time.monotonic()
+            deleted = applied.destroy()
+            print(f"  {len(deleted)} resources deleted in {time.monotonic() - started:.1f} s")
+            same = applied.node_state() == applied.nodes_before
+            print(f"  nodes as before (taints, labels, capacity): {'yes' if same else 'NO'}")
+            if not same:
+                print_nodes("after destroy", applied.node_state())
+                return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stack", default="local", help="stack config to apply (default: local)")
     args = parser.parse_args(argv)
-    return run(args.keep)
+    return run(args.stack)
 
 
 if __name__ == "__main__":

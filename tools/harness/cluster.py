@@ -51,7 +51,7 @@ KWOK_MANAGED = "fake"
 # Pod addresses: a /24 of the benchmarking range (RFC 2544, never routed on the internet),
 # made local to this host for the cluster's lifetime. Endpoints may not hold loopback
 # addresses, so 127.0.0.0/8 cannot serve.
-POD_SUPERNET = ipaddress.ip_network("198.18.0.0/15")
+POD_SUPERNET = ipaddress.IPv4Network("198.18.0.0/15")
 NODE_LEASE_SECONDS = 40
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
@@ -94,7 +94,7 @@ class PodNetwork:
 
     def __init__(self) -> None:
         subnets = list(POD_SUPERNET.subnets(new_prefix=24))
-        self.network = random.choice(subnets[1:])
+        self.network: ipaddress.IPv4Network = random.choice(subnets[1:])
         self._added = False
 
     @property
