@@ -11,20 +11,38 @@ above cpu and memory, so GPU pods fill one node before the next.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
+from pydantic import Field, field_validator
 
 from components.cluster_access import ClusterAccess
+from components.settings import (
+    Runtime,
+    Settings,
+    between,
+    is_dns1123_label,
+    is_qualified_name,
+    problem,
+    text,
+)
 
 TOKEN = "gpu-cluster:index:BinpackScheduler"
 CONFIG_KEY = "config.yaml"
 CONFIG_DIR = "/etc/kubernetes/gpu-binpack-scheduler"
 SECURE_PORT = 10259
+# The cluster's own kube-scheduler answers to this name; a second profile with it would make
+# every ordinary pod a candidate for both schedulers.
+DEFAULT_SCHEDULER = "default-scheduler"
+# Resources a pod can request without a domain.
+# Ref: https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/
+NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+_HUGEPAGES = re.compile(r"hugepages-[0-9]+(Ki|Mi|Gi|Ti|Pi|Ei)?", re.ASCII)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,7 +62,7 @@ class ResourceWeight:
     name: str
     """Resource name, e.g. nvidia.com/gpu."""
     weight: int
-    """Weight (>= 1)."""
+    """Weight (1..100)."""
 
 
 DEFAULT_SHAPE = (ShapePoint(utilization=0, score=0), ShapePoint(utilization=100, score=10))
@@ -71,6 +89,95 @@ class SchedulerProfile:
     """Take part in leader election (off only for a single local process)."""
     lease_namespace: str = "kube-system"
     """Namespace of the scheduler's own Lease."""
+
+
+def is_requestable_resource(name: str) -> bool:
+    """A resource name a pod can request: native (cpu, memory, ...) or `domain/name`."""
+    if name in NATIVE_RESOURCES or _HUGEPAGES.fullmatch(name):
+        return True
+    return "/" in name and is_qualified_name(name)
+
+
+SCHEDULER_NAME = text(
+    lambda v: is_dns1123_label(v) and v != DEFAULT_SCHEDULER,
+    "expected a DNS-1123 label (lowercase alphanumerics and '-', <= 63) other than "
+    f"{DEFAULT_SCHEDULER}, which the cluster's own kube-scheduler uses",
+)
+RESOURCE_NAME = text(
+    is_requestable_resource,
+    "expected a resource a pod can request: cpu, memory, ephemeral-storage, hugepages-<size> "
+    "or domain/name (e.g. nvidia.com/gpu)",
+)
+
+
+class ShapePointSettings(Settings):
+    """One point of the scoring shape."""
+
+    utilization: Annotated[int, between(0, 100)]
+    """Requested / allocatable, in percent."""
+    score: Annotated[int, between(0, 10)]
+    """Score at that utilization (kube-scheduler's maximum is 10)."""
+
+
+class BinpackSchedulerSettings(Settings):
+    """The bin-packing kube-scheduler (the stack config's scheduler)."""
+
+    name: Annotated[str, SCHEDULER_NAME] = "gpu-binpack-scheduler"
+    """Profile schedulerName that GPU pods set in spec.schedulerName."""
+    replicas: Annotated[int, between(1, 5)] = 2
+    """Deployment replicas; leader election makes more than one safe."""
+    shape: tuple[ShapePointSettings, ...] = tuple(
+        ShapePointSettings(utilization=p.utilization, score=p.score) for p in DEFAULT_SHAPE
+    )
+    """Utilization -> score curve (RequestedToCapacityRatio); rising means bin-packing."""
+    resource_weights: dict[
+        Annotated[str, RESOURCE_NAME],
+        Annotated[int, between(1, 100, "expected an integer weight from 1 to 100")],
+    ] = Field(default_factory=lambda: {w.name: w.weight for w in DEFAULT_WEIGHTS})
+    """{resource name: weight} scored by the profile; at least one must be a GPU or other
+    extended resource (domain/name)."""
+    percentage_of_nodes_to_score: Annotated[int, between(0, 100)] | None = None
+    """Share of feasible nodes scored per pod; unset keeps the scheduler's adaptive default."""
+
+    @field_validator("shape")
+    @classmethod
+    def _rising(cls, shape: tuple[ShapePointSettings, ...]) -> tuple[ShapePointSettings, ...]:
+        if len(shape) < 2:
+            raise problem(
+                "expected at least two {utilization, score} points",
+                value=[p.model_dump() for p in shape],
+            )
+        for i in range(1, len(shape)):
+            previous = shape[i - 1].utilization
+            if shape[i].utilization <= previous:
+                raise problem(
+                    f"utilizations must strictly increase; previous is {previous}",
+                    at=f"[{i}].utilization",
+                    value=shape[i].utilization,
+                )
+        return shape
+
+    @field_validator("resource_weights")
+    @classmethod
+    def _weights_a_device(cls, weights: dict[str, int]) -> dict[str, int]:
+        if not any("/" in name for name in weights):
+            raise problem(
+                "expected at least one GPU or extended resource (domain/name, e.g. "
+                "nvidia.com/gpu); cpu and memory alone do not bin-pack GPU pods"
+            )
+        return weights
+
+    @property
+    def profile(self) -> SchedulerProfile:
+        """The KubeSchedulerConfiguration profile these settings describe."""
+        return SchedulerProfile(
+            scheduler_name=self.name,
+            shape=tuple(ShapePoint(utilization=p.utilization, score=p.score) for p in self.shape),
+            resources=tuple(
+                ResourceWeight(name=n, weight=w) for n, w in self.resource_weights.items()
+            ),
+            percentage_of_nodes_to_score=self.percentage_of_nodes_to_score,
+        )
 
 
 def render_config(profile: SchedulerProfile, kubeconfig: str | None = None) -> dict[str, Any]:
@@ -115,23 +222,20 @@ def render_config_yaml(profile: SchedulerProfile, kubeconfig: str | None = None)
     return yaml.safe_dump(render_config(profile, kubeconfig), sort_keys=False)
 
 
-@dataclass(frozen=True, kw_only=True)
-class BinpackSchedulerArgs:
-    """Inputs of BinpackScheduler."""
+class BinpackSchedulerArgs(BinpackSchedulerSettings):
+    """Inputs of BinpackScheduler: its settings plus the cluster and where it runs."""
 
-    access: ClusterAccess
+    access: Annotated[ClusterAccess, Runtime()]
     """Cluster provider."""
-    kubernetes_version: str
-    """Cluster version, e.g. v1.34.4; picks the kube-scheduler image tag."""
-    profile: SchedulerProfile = field(default_factory=SchedulerProfile)
-    """The scheduling profile."""
-    replicas: int = 2
-    """Replicas; leader election makes more than one safe."""
-    namespace: str = "kube-system"
+    kubernetes_version: Annotated[str, Runtime()]
+    """Cluster version, e.g. v1.37.2; picks the kube-scheduler image tag."""
+    namespace: Annotated[str, Runtime()] = "kube-system"
     """Namespace of the Deployment (kube-system, beside the cluster's own scheduler)."""
-    image_repository: str = "registry.k8s.io/kube-scheduler"
+    image_repository: Annotated[str, Runtime()] = "registry.k8s.io/kube-scheduler"
     """Image repository; the tag is kubernetes_version."""
-    requests: Mapping[str, str] = field(default_factory=lambda: {"cpu": "100m", "memory": "128Mi"})
+    requests: Annotated[Mapping[str, str], Runtime()] = Field(
+        default_factory=lambda: {"cpu": "100m", "memory": "128Mi"}
+    )
     """Container resource requests."""
 
 

@@ -3,27 +3,94 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import pulumi
+from pydantic import AfterValidator
 
 from components.cluster_access import ClusterAccess
 from components.providers.extended_resource import ExtendedResource
+from components.settings import (
+    NODE_NAME,
+    NodeRef,
+    Rule,
+    Runtime,
+    Settings,
+    is_int,
+    is_qualified_name,
+    problem,
+)
 
 TOKEN = "gpu-cluster:index:ExtendedResourceNode"
 
+# Domains whose resources a device plugin advertises and keeps up to date on each node
+# (NVIDIA: nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*; AMD; Intel). Patching one
+# of them here would fight the device plugin and lie to the scheduler about real devices.
+# Ref: https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/
+DEVICE_PLUGIN_DOMAINS = ("nvidia.com", "amd.com", "gpu.intel.com")
 
-@dataclass(frozen=True, kw_only=True)
-class ExtendedResourceNodeArgs:
-    """Inputs of ExtendedResourceNode."""
 
-    access: ClusterAccess
-    """Cluster credentials (the kubeconfig reaches the provider as a secret)."""
-    node: str
+def extended_resource_name_problem(name: str) -> str | None:
+    """Why `name` is not a valid extended resource name to advertise here, or None when it is.
+
+    # Ref: https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/#extended-resources
+    """
+    if name.startswith("requests."):
+        return "must not start with 'requests.'"
+    domain, sep, _ = name.partition("/")
+    if not sep:
+        return "must be 'domain/name', e.g. example.com/dongle"
+    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+        return "the kubernetes.io domain is reserved for native resources"
+    if not is_qualified_name(name):
+        return "must be a DNS subdomain, '/', then 1-63 alphanumerics, '-', '_' or '.'"
+    if domain in DEVICE_PLUGIN_DOMAINS:
+        return (
+            f"{domain} resources belong to a device plugin, which advertises them; "
+            "use your own domain, e.g. example.com/dongle"
+        )
+    return None
+
+
+def _check_name(name: Any) -> bool:
+    if not isinstance(name, str):
+        return False
+    why = extended_resource_name_problem(name)
+    if why:
+        raise problem(f"not an extended resource name: {why}")
+    return True
+
+
+EXTENDED_RESOURCE_NAME = Rule(
+    "not an extended resource name: expected 'domain/name', e.g. example.com/dongle", _check_name
+)
+COUNT = Rule("expected a non-negative integer", lambda v: is_int(v) and v >= 0)
+
+
+def _non_empty(resources: Mapping[str, int]) -> Mapping[str, int]:
+    if not resources:
+        raise problem("expected a non-empty {domain/resource: count}")
+    return resources
+
+
+Resources = Annotated[
+    dict[Annotated[str, EXTENDED_RESOURCE_NAME], Annotated[int, COUNT]], AfterValidator(_non_empty)
+]
+"""{extended resource name: count} on one node."""
+
+ExtendedResourcesSettings = dict[Annotated[str, NodeRef()], Resources]
+"""The stack config's extendedResources: {node name: {extended resource name: count}}."""
+
+
+class ExtendedResourceNodeArgs(Settings):
+    """Inputs of ExtendedResourceNode: one node's entry of extendedResources, plus the access."""
+
+    node: Annotated[str, NODE_NAME]
     """Node name."""
-    resources: Mapping[str, int]
+    resources: Resources
     """{extended resource name: count} to advertise in status.capacity."""
+    access: Annotated[ClusterAccess, Runtime()]
+    """Cluster credentials (the kubeconfig reaches the provider as a secret)."""
 
 
 class ExtendedResourceNode(pulumi.ComponentResource):

@@ -19,15 +19,16 @@ import base64
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_tls as tls
+from pydantic import Field
 
 from components.cluster_access import ClusterAccess
+from components.settings import BOOL, Runtime, Settings, between, choice
 
 TOKEN = "gpu-cluster:index:OpaGate"
 
@@ -250,33 +251,40 @@ def admission_policy_binding_spec(policy_name: Any = GATE_NAME) -> dict[str, Any
     }
 
 
-@dataclass(frozen=True, kw_only=True)
-class OpaGateArgs:
-    """Inputs of OpaGate."""
+class OpaGateSettings(Settings):
+    """The gate that keeps GPU pods on the binpack scheduler (the stack config's admission)."""
 
-    access: ClusterAccess
-    """Cluster provider."""
-    scheduler_name: pulumi.Input[str]
-    """The schedulerName GPU pods must use (BinpackScheduler's output)."""
-    gpu_resources: pulumi.Input[Sequence[str]] = ()
-    """Extra exact resource names to gate (e.g. advertised extended resources)."""
-    gpu_resource_prefixes: Sequence[str] = ()
-    """Extra resource name prefixes to gate (nvidia.com/mig- is always gated)."""
-    engine: AdmissionEngine = "opa"
-    """`opa` (webhook) or `validating-admission-policy` (native CEL)."""
-    failure_policy: FailurePolicy = "Fail"
-    """What the API server does when the gate cannot answer."""
-    timeout_seconds: int = 5
-    """Webhook timeout (1..30)."""
-    namespace: str = "gpu-admission"
-    """The gate's own namespace (created, and excluded from the gate)."""
-    replicas: int = 2
+    engine: Annotated[AdmissionEngine, choice(ADMISSION_ENGINES)] = "opa"
+    """`opa` (webhook) or `validating-admission-policy` (native CEL, no webhook server)."""
+    failure_policy: Annotated[FailurePolicy, choice(FAILURE_POLICIES)] = "Fail"
+    """Fail: a GPU pod is refused while the gate cannot answer. Ignore: it is admitted."""
+    timeout_seconds: Annotated[int, between(1, 30)] = 5
+    """Webhook timeout in seconds (the API server allows 1-30)."""
+    replicas: Annotated[int, between(1, 5)] = 2
     """OPA replicas (engine opa)."""
-    opa_image: str = "openpolicyagent/opa:1.22.2"
+    gate_extended_resources: Annotated[bool, BOOL] = True
+    """Also gate the extended resources this stack advertises (extendedResources)."""
+
+
+class OpaGateArgs(OpaGateSettings):
+    """Inputs of OpaGate: its settings plus the scheduler's name and what to gate."""
+
+    access: Annotated[ClusterAccess, Runtime()]
+    """Cluster provider."""
+    scheduler_name: Annotated[pulumi.Output[str] | str, Runtime()]
+    """The schedulerName GPU pods must use (BinpackScheduler's output)."""
+    gpu_resources: Annotated[pulumi.Output[list[str]] | Sequence[str], Runtime()] = ()
+    """Advertised extended resources (ExtendedResourceNode's outputs); gated when
+    gate_extended_resources is true."""
+    gpu_resource_prefixes: Annotated[Sequence[str], Runtime()] = ()
+    """Extra resource name prefixes to gate (nvidia.com/mig- is always gated)."""
+    namespace: Annotated[str, Runtime()] = "gpu-admission"
+    """The gate's own namespace (created, and excluded from the gate)."""
+    opa_image: Annotated[str, Runtime()] = "openpolicyagent/opa:1.22.2"
     """OPA 1.x image."""
-    kube_mgmt_image: str = "openpolicyagent/kube-mgmt:9.3.0"
+    kube_mgmt_image: Annotated[str, Runtime()] = "openpolicyagent/kube-mgmt:9.3.0"
     """kube-mgmt sidecar image (a major that supports OPA 1.x)."""
-    policies: Mapping[str, str] = field(default_factory=load_policies)
+    policies: Annotated[Mapping[str, str], Runtime()] = Field(default_factory=load_policies)
     """{name: Rego source}; defaults to policies/*.rego without tests."""
 
 
@@ -315,7 +323,8 @@ class OpaGate(pulumi.ComponentResource):
             metadata={"name": "kube-system", "labels": {IGNORE_LABEL: "ignore"}},
             opts=self._child,
         )
-        config = pulumi.Output.all(args.scheduler_name, args.gpu_resources).apply(
+        gated = args.gpu_resources if args.gate_extended_resources else ()
+        config = pulumi.Output.all(args.scheduler_name, gated).apply(
             lambda v: gate_data(v[0], v[1], args.gpu_resource_prefixes)
         )
         exclusions: list[pulumi.Resource] = [namespace, kube_system]
