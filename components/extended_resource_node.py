@@ -62,7 +62,9 @@ def _check_name(name: Any) -> bool:
 
 
 EXTENDED_RESOURCE_NAME = Rule(
-    "not an extended resource name: expected 'domain/name', e.g. example.com/dongle", _check_name
+    "expected an extended resource name: domain/name (e.g. example.com/dongle), outside the "
+    f"kubernetes.io domain and the device plugins' domains ({', '.join(DEVICE_PLUGIN_DOMAINS)})",
+    _check_name,
 )
 COUNT = Rule("expected a non-negative integer", lambda v: is_int(v) and v >= 0)
 

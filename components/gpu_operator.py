@@ -240,7 +240,7 @@ def operator_values(
         "devicePlugin": device_plugin,
         "mig": {"strategy": args.mig.strategy},
         "migManager": {"enabled": args.mig_manager.enabled},
-        # The ServiceMonitor for dcgm-exporter belongs to MonitoringStack (see README).
+        # The ServiceMonitor for dcgm-exporter belongs to MonitoringStack (monitoring_stack.py).
         "dcgmExporter": {
             "enabled": args.dcgm_exporter.enabled,
             "serviceMonitor": {"enabled": False},
