@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pulumi
-from pydantic import AfterValidator, Field, GetCoreSchemaHandler, ValidationError, field_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator
 from pydantic import ValidationInfo as FieldInfo
 from pydantic_core import core_schema
 
@@ -31,6 +31,7 @@ from components.control_plane_features import (
     SshAccess,
 )
 from components.extended_resource_node import ExtendedResourcesSettings
+from components.feature_gates import unknown_gate_problem
 from components.gpu_operator import GpuOperatorSettings
 from components.monitoring_stack import MonitoringStackSettings
 from components.opa_gate import OpaGateSettings
@@ -40,6 +41,7 @@ from components.settings import (
     PLAIN_TEXT_SHOWN,
     PROJECT,
     ConfigError,
+    ContextRule,
     NodeRef,
     Problem,
     Rule,
@@ -112,6 +114,14 @@ FEATURE_GATE = Rule(
 )
 
 
+def _known_gate(name: str, info: FieldInfo) -> str:
+    version = context_value(info, "kubernetes_version")
+    why = unknown_gate_problem(name, version) if version else None
+    if why:
+        raise problem(why)
+    return name
+
+
 def _known_plugin(name: str) -> str:
     if name not in ADMISSION_PLUGINS:
         raise problem(f"unknown admission plugin; allowed: {', '.join(ADMISSION_PLUGINS)}")
@@ -119,7 +129,7 @@ def _known_plugin(name: str) -> str:
 
 
 @dataclass(frozen=True)
-class SecretText:
+class SecretText(ContextRule):
     """A top-level key that holds a secret: never shown, rejected when stored in plain text,
     and kept only as a Pulumi secret Output (None when empty)."""
 
@@ -140,14 +150,9 @@ class SecretText:
         # Wrapped at once, so the value only ever exists here as a Pulumi secret.
         return pulumi.Output.secret(value)
 
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        return core_schema.with_info_plain_validator_function(self.validate)
-
 
 @dataclass(frozen=True)
-class Kubeconfig:
+class Kubeconfig(ContextRule):
     """A kubeconfig path (which must exist) or kubeconfig content (which must be a secret)."""
 
     def validate(self, value: Any, info: core_schema.ValidationInfo) -> Any:
@@ -168,11 +173,6 @@ class Kubeconfig:
                 "$KUBECONFIG or ~/.kube/config"
             )
         return value
-
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        return core_schema.with_info_plain_validator_function(self.validate)
 
 
 # --------------------------------------------------------------------------- sections
@@ -240,9 +240,9 @@ class ControlPlaneSettings(Settings):
         AfterValidator(unique("each plugin may be listed once; it is listed twice")),
     ] = ()
     """Admission plugins added to --enable-admission-plugins (existing ones are kept)."""
-    feature_gates: dict[Annotated[str, FEATURE_GATE], Annotated[bool, BOOL]] = Field(
-        default_factory=dict
-    )
+    feature_gates: dict[
+        Annotated[str, FEATURE_GATE, AfterValidator(_known_gate)], Annotated[bool, BOOL]
+    ] = Field(default_factory=dict)
     """Feature gates {Name: true | false} for kube-apiserver and the kubelets; gates locked or
     removed in kubernetesVersion are left out with a warning."""
     ready_timeout_seconds: Annotated[int, between(30, 1800)] = 300

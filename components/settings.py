@@ -150,6 +150,19 @@ class Runtime:
         return core_schema.any_schema()
 
 
+class ContextRule:
+    """Base of value rules that read the validation context (the inventory, the secret keys):
+    subclasses define `validate(value, info)`."""
+
+    def validate(self, value: Any, info: core_schema.ValidationInfo) -> Any:
+        raise NotImplementedError
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.with_info_plain_validator_function(self.validate)
+
+
 def is_str(value: Any) -> bool:
     return isinstance(value, str)
 
@@ -396,7 +409,7 @@ def format_problems(
 
 
 @dataclass(frozen=True)
-class NodeRef:
+class NodeRef(ContextRule):
     """A node name that must be in the inventory (gpu-cluster:nodes).
 
     The inventory comes from the validation context ({"inventory": {name: address}}); a model
@@ -414,11 +427,6 @@ class NodeRef:
         elif value not in inventory:
             raise problem(self.allowed)
         return value
-
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        return core_schema.with_info_plain_validator_function(self.validate)
 
 
 def context_value(info: Any, name: str) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -293,11 +294,18 @@ _CP_NODES = [
 _CP_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA-test-only\n-----END OPENSSH PRIVATE KEY-----\n"
 
 
-def _control_plane_problems(sshPrivateKey: str = _CP_KEY, **fields: Any) -> list[str]:
+def _control_plane_problems(
+    sshPrivateKey: str = _CP_KEY, kubernetesVersion: str = "v1.37.2", **fields: Any
+) -> list[str]:
     section = {"enabled": True, "user": "ops", "hosts": ["cp-1"], **fields}
     with pytest.raises(ConfigError) as excinfo:
         parse_stack_config(
-            {"nodes": _CP_NODES, "controlPlane": section, "sshPrivateKey": sshPrivateKey}
+            {
+                "kubernetesVersion": kubernetesVersion,
+                "nodes": _CP_NODES,
+                "controlPlane": section,
+                "sshPrivateKey": sshPrivateKey,
+            }
         )
     return [str(p) for p in excinfo.value.problems]
 
@@ -511,7 +519,9 @@ def test_config_rejects_toolkit_env_value_that_is_an_object() -> None:
     ]
 
 
-@pytest.mark.parametrize("version", ["latest", "26.3", ">=v26.0.0", ""])
+@pytest.mark.parametrize(
+    "version", ["latest", "26.3", ">=v26.0.0", "", "v26.03.3", "26.3.3-", "v26.3.\u0663"]
+)
 def test_config_rejects_unpinned_gpu_operator_version(version: str) -> None:
     problems = _problems(gpuOperator={"version": version})
     assert problems == [
@@ -638,3 +648,167 @@ def test_config_accepts_grafana_password_stored_encrypted() -> None:
         secret_keys={"grafanaAdminPassword"},
     )
     assert config.grafana_admin_password is not None
+
+
+# --------------------------------------------------------------------------- values that load
+# today in other tools and break the cluster later: each class has its rejection
+
+
+def test_config_rejects_kubeconfig_path_that_does_not_exist(tmp_path: Path) -> None:
+    missing = str(tmp_path / "admin.conf")
+    problems = _problems(kubeconfig=missing)
+    assert problems == [
+        f"gpu-cluster:kubeconfig: got {missing!r}; no such file; expected the path of a "
+        "kubeconfig file, or empty for $KUBECONFIG or ~/.kube/config"
+    ]
+
+
+def test_config_accepts_kubeconfig_path_that_exists(tmp_path: Path) -> None:
+    path = tmp_path / "admin.conf"
+    path.write_text("apiVersion: v1\nkind: Config\n")
+    assert _parse(kubeconfig=str(path)).kubernetes.kubeconfig == str(path)
+
+
+def test_config_rejects_kubeconfig_content_in_plain_text_without_showing_it() -> None:
+    content = "apiVersion: v1\nkind: Config\nusers:\n- name: admin\n  user: {token: t0ps3cret}\n"
+    with pytest.raises(ConfigError) as excinfo:
+        parse_stack_config({"kubeconfig": content}, secret_keys=set())
+    assert [str(p) for p in excinfo.value.problems] == [
+        "gpu-cluster:kubeconfig: got '[plain text, not shown]'; kubeconfig content must be "
+        "stored encrypted: pulumi config set --secret gpu-cluster:kubeconfig < kubeconfig"
+    ]
+    assert "t0ps3cret" not in str(excinfo.value)
+
+
+def test_config_accepts_kubeconfig_content_stored_encrypted() -> None:
+    content = "apiVersion: v1\nkind: Config\n"
+    config = parse_stack_config({"kubeconfig": content}, secret_keys={"kubeconfig"})
+    assert config.kubernetes.kubeconfig == content
+
+
+def test_config_never_shows_a_value_stored_as_a_secret() -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        parse_stack_config(
+            {"kubeconfig": "/nonexistent/t0ps3cret", "kubeContext": 7},
+            secret_keys={"kubeconfig", "kubeContext"},
+        )
+    assert [str(p) for p in excinfo.value.problems] == [
+        "gpu-cluster:kubeconfig: got '[secret, not shown]'; no such file; expected the path of "
+        "a kubeconfig file, or empty for $KUBECONFIG or ~/.kube/config",
+        "gpu-cluster:kubeContext: got '[secret, not shown]'; expected a string",
+    ]
+
+
+def test_config_never_shows_the_value_of_a_mistyped_nested_key() -> None:
+    problems = _control_plane_problems(sshPrivatekey=_CP_KEY)
+    assert problems == [
+        "gpu-cluster:controlPlane.sshPrivatekey: unknown key; allowed: enabled, user, port, "
+        "sshAgent, hosts, kubeletHosts, admissionPlugins, featureGates, readyTimeoutSeconds, "
+        "persistKubeadmConfig"
+    ]
+
+
+@pytest.mark.parametrize("weight", [101, 1000])
+def test_config_rejects_scheduler_weight_above_kube_scheduler_maximum(weight: int) -> None:
+    problems = _problems(scheduler={"resourceWeights": {"nvidia.com/gpu": weight}})
+    assert problems == [
+        f"gpu-cluster:scheduler.resourceWeights.nvidia.com/gpu: got {weight}; "
+        "expected an integer weight from 1 to 100"
+    ]
+
+
+def test_config_rejects_default_scheduler_as_the_binpack_scheduler_name() -> None:
+    (problem,) = _problems(scheduler={"name": "default-scheduler"})
+    assert problem.startswith("gpu-cluster:scheduler.name: got 'default-scheduler'; ")
+    assert "other than default-scheduler" in problem
+
+
+@pytest.mark.parametrize("name", ["gpu", "nvidia_gpu", "GPU", "requests.cpu", "nvidia.com/"])
+def test_config_rejects_weight_for_a_resource_no_pod_can_request(name: str) -> None:
+    problems = _problems(scheduler={"resourceWeights": {"nvidia.com/gpu": 100, name: 1}})
+    assert problems == [
+        f"gpu-cluster:scheduler.resourceWeights.{name}: got {name!r}; expected a resource a "
+        "pod can request: cpu, memory, ephemeral-storage, hugepages-<size> or domain/name "
+        "(e.g. nvidia.com/gpu)"
+    ]
+
+
+def test_config_rejects_weights_without_any_gpu_resource() -> None:
+    problems = _problems(scheduler={"resourceWeights": {"cpu": 1, "memory": 1}})
+    assert problems == [
+        "gpu-cluster:scheduler.resourceWeights: got {'cpu': 1, 'memory': 1}; expected at least "
+        "one GPU or extended resource (domain/name, e.g. nvidia.com/gpu); cpu and memory alone "
+        "do not bin-pack GPU pods"
+    ]
+
+
+def test_config_accepts_weights_for_native_and_extended_resources() -> None:
+    weights = {"nvidia.com/mig-1g.10gb": 100, "hugepages-2Mi": 1, "ephemeral-storage": 1}
+    profile = _parse(scheduler={"resourceWeights": weights}).scheduler.profile
+    assert [(w.name, w.weight) for w in profile.resources] == list(weights.items())
+
+
+@pytest.mark.parametrize(
+    "name", ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb", "amd.com/gpu"]
+)
+def test_config_rejects_extended_resource_that_a_device_plugin_owns(name: str) -> None:
+    (problem,) = _problems(extendedResources={"gpu-1": {name: 8}})
+    assert problem.startswith(f"gpu-cluster:extendedResources.gpu-1.{name}: got {name!r}; ")
+    assert "belong to a device plugin" in problem
+
+
+def test_config_rejects_feature_gate_unknown_to_kubernetes() -> None:
+    problems = _control_plane_problems(featureGates={"InPlacePodVerticalScalling": True})
+    assert problems == [
+        "gpu-cluster:controlPlane.featureGates.InPlacePodVerticalScalling: got "
+        "'InPlacePodVerticalScalling'; not a feature gate known to Kubernetes v1.37.2; "
+        "kube-apiserver and the kubelet refuse to start on an unknown gate"
+    ]
+
+
+def test_config_rejects_feature_gate_newer_than_the_kubernetes_version() -> None:
+    problems = _control_plane_problems(
+        kubernetesVersion="v1.35.4", featureGates={"NativeHistograms": True}
+    )
+    assert problems == [
+        "gpu-cluster:controlPlane.featureGates.NativeHistograms: got 'NativeHistograms'; this "
+        "gate first appears in v1.36, so kubernetesVersion v1.35 does not know it; "
+        "kube-apiserver would refuse to start"
+    ]
+
+
+@pytest.mark.parametrize("address", ["10.0.0.11:22", "ssh://10.0.0.11", "cp-1/x", "cp 1", "-cp"])
+def test_config_rejects_node_address_that_is_not_a_host_or_ip(address: str) -> None:
+    problems = _problems(nodes=[{"name": "cp-1", "address": address}])
+    assert problems == [
+        f"gpu-cluster:nodes[0].address: got {address!r}; expected a host name or an IP address "
+        "(no port, scheme or path), e.g. 10.0.0.11"
+    ]
+
+
+@pytest.mark.parametrize("address", ["10.0.0.11", "fd00::11", "cp-1.lab.example", "CP-1"])
+def test_config_accepts_node_address_that_is_a_host_or_ip(address: str) -> None:
+    assert _parse(nodes=[{"name": "cp-1", "address": address}]).nodes[0].address == address
+
+
+@pytest.mark.parametrize("name", ["gpu-\u0661", "gpu-1\n", "g\u00e9pu-1"])
+def test_config_rejects_node_name_that_is_not_ascii_or_ends_in_a_newline(name: str) -> None:
+    problems = _problems(nodes=[{"name": name}])
+    assert problems == [
+        f"gpu-cluster:nodes[0].name: got {name!r}; expected a Kubernetes node name "
+        "(DNS-1123 subdomain)"
+    ]
+
+
+@pytest.mark.parametrize("version", ["v2.0.0", "v0.37.2", "v1.\u0663\u0667.2", "v1.37.2\n"])
+def test_config_rejects_kubernetes_version_other_than_major_1_in_ascii(version: str) -> None:
+    problems = _problems(kubernetesVersion=version)
+    assert problems == [
+        f"gpu-cluster:kubernetesVersion: got {version!r}; expected vMAJOR.MINOR.PATCH with "
+        "major version 1, e.g. v1.37.2"
+    ]
+
+
+def test_config_key_written_without_a_value_takes_its_default() -> None:
+    config = _parse(scheduler={"replicas": None}, admission=None)
+    assert (config.scheduler.replicas, config.admission.engine) == (2, "opa")
