@@ -39,20 +39,20 @@ SECURE_PORT = 10259
 # The cluster's own kube-scheduler answers to this name; a second profile with it would make
 # every ordinary pod a candidate for both schedulers.
 DEFAULT_SCHEDULER = "default-scheduler"
+DEFAULT_SCHEDULER_NAME = "gpu-binpack-scheduler"
 # Resources a pod can request without a domain.
 # Ref: https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/
 NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 _HUGEPAGES = re.compile(r"hugepages-[0-9]+(Ki|Mi|Gi|Ti|Pi|Ei)?", re.ASCII)
 
 
-@dataclass(frozen=True, kw_only=True)
-class ShapePoint:
+class ShapePoint(Settings):
     """One point of the utilization -> score curve."""
 
-    utilization: int
-    """Requested / allocatable, in percent (0..100)."""
-    score: int
-    """Score at that utilization (0..10)."""
+    utilization: Annotated[int, between(0, 100)]
+    """Requested / allocatable, in percent."""
+    score: Annotated[int, between(0, 10)]
+    """Score at that utilization (kube-scheduler's maximum is 10)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,7 +77,7 @@ DEFAULT_WEIGHTS = (
 class SchedulerProfile:
     """What the KubeSchedulerConfiguration says; rendered by `render_config`."""
 
-    scheduler_name: str = "gpu-binpack-scheduler"
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
     """Profile schedulerName that GPU pods set in spec.schedulerName."""
     shape: Sequence[ShapePoint] = DEFAULT_SHAPE
     """Utilization -> score curve; rising means bin-packing."""
@@ -110,25 +110,14 @@ RESOURCE_NAME = text(
 )
 
 
-class ShapePointSettings(Settings):
-    """One point of the scoring shape."""
-
-    utilization: Annotated[int, between(0, 100)]
-    """Requested / allocatable, in percent."""
-    score: Annotated[int, between(0, 10)]
-    """Score at that utilization (kube-scheduler's maximum is 10)."""
-
-
 class BinpackSchedulerSettings(Settings):
     """The bin-packing kube-scheduler (the stack config's scheduler)."""
 
-    name: Annotated[str, SCHEDULER_NAME] = "gpu-binpack-scheduler"
+    name: Annotated[str, SCHEDULER_NAME] = DEFAULT_SCHEDULER_NAME
     """Profile schedulerName that GPU pods set in spec.schedulerName."""
     replicas: Annotated[int, between(1, 5)] = 2
     """Deployment replicas; leader election makes more than one safe."""
-    shape: tuple[ShapePointSettings, ...] = tuple(
-        ShapePointSettings(utilization=p.utilization, score=p.score) for p in DEFAULT_SHAPE
-    )
+    shape: tuple[ShapePoint, ...] = DEFAULT_SHAPE
     """Utilization -> score curve (RequestedToCapacityRatio); rising means bin-packing."""
     resource_weights: dict[
         Annotated[str, RESOURCE_NAME],
@@ -141,7 +130,7 @@ class BinpackSchedulerSettings(Settings):
 
     @field_validator("shape")
     @classmethod
-    def _rising(cls, shape: tuple[ShapePointSettings, ...]) -> tuple[ShapePointSettings, ...]:
+    def _rising(cls, shape: tuple[ShapePoint, ...]) -> tuple[ShapePoint, ...]:
         if len(shape) < 2:
             raise problem(
                 "expected at least two {utilization, score} points",
@@ -172,7 +161,7 @@ class BinpackSchedulerSettings(Settings):
         """The KubeSchedulerConfiguration profile these settings describe."""
         return SchedulerProfile(
             scheduler_name=self.name,
-            shape=tuple(ShapePoint(utilization=p.utilization, score=p.score) for p in self.shape),
+            shape=self.shape,
             resources=tuple(
                 ResourceWeight(name=n, weight=w) for n, w in self.resource_weights.items()
             ),
