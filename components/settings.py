@@ -252,7 +252,13 @@ class Settings(BaseModel):
     def _null_is_unset(cls, data: Any) -> Any:
         """A key written without a value (YAML null) takes its default, like an absent key."""
         if isinstance(data, Mapping):
-            return {k: v for k, v in data.items() if v is not None}
+            runtime = {
+                key
+                for name, info in cls.model_fields.items()
+                if any(isinstance(m, Runtime) for m in info.metadata)
+                for key in (name, info.alias)
+            }
+            return {k: v for k, v in data.items() if v is not None or k in runtime}
         return data
 
     @classmethod

@@ -67,3 +67,10 @@ def test_settings_host_rule(value: str, ok: bool) -> None:
 )
 def test_settings_qualified_name_rule(value: str, ok: bool) -> None:
     assert is_qualified_name(value) is ok
+
+
+def test_settings_null_config_key_takes_its_default_but_a_null_runtime_input_stays() -> None:
+    args = BinpackSchedulerArgs.model_validate(
+        {"replicas": None, "access": None, "kubernetes_version": "v1.37.2"}
+    )
+    assert (args.replicas, args.access) == (2, None)
