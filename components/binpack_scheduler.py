@@ -5,6 +5,15 @@ pod leave no room for a 2-GPU pod. This profile scores nodes by how full they wo
 (NodeResourcesFit with the RequestedToCapacityRatio scoring strategy), weighting GPUs far
 above cpu and memory, so GPU pods fill one node before the next.
 
+It runs as a Deployment of registry.k8s.io/kube-scheduler:<kubernetesVersion> in kube-system,
+reading a kubescheduler.config.k8s.io/v1 configuration from a ConfigMap whose hash is a pod
+annotation (a config change rolls the pods). It authenticates with its ServiceAccount (no
+hostPath to the control plane's scheduler.conf), serves HTTPS on 10259 with /livez and /readyz
+probes, runs with system-cluster-critical priority, tolerates the control-plane taint and elects
+a leader on its own Lease named after the scheduler. RBAC is kubeadm's scheduler roles plus one
+Role on that Lease, because system:kube-scheduler only covers the Lease named kube-scheduler.
+The rendered configuration is an output (stack output `schedulerConfig`).
+
 # Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/resource-bin-packing/
 """
 

@@ -1,4 +1,10 @@
-"""ExtendedResourceNode: advertise extended resources (e.g. example.com/dongle: 4) on one node."""
+"""ExtendedResourceNode: advertise extended resources (e.g. example.com/dongle: 4) on one node.
+
+One dynamic resource per (node, resource) (components/providers/extended_resource.py): a JSON
+patch of the node's status (`/` in the resource name escaped as `~1`), read back by `pulumi
+refresh`, removed exactly by destroy. A missing node or refused credentials fail with a message
+naming the node and the API server.
+"""
 
 from __future__ import annotations
 

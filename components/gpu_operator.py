@@ -1,9 +1,15 @@
-"""GpuOperator: the NVIDIA GPU Operator as a Helm release, with values built from typed config.
+"""GpuOperator: the NVIDIA GPU Operator as a Helm release, with values built from typed settings.
 
 A `helm.v3.Release` rather than `helm.v4.Chart`: the chart upgrades its CRDs from a Helm
 pre-upgrade hook (`operator.upgradeCRD`), and v4 Chart renders templates without running hooks.
-The operand daemonsets tolerate exactly the GPU pool's taint, taken from TaintedGpuPool's output,
-so the release also waits for every GPU node to be tainted.
+The release lives in its own namespace, labelled for privileged pods (the operands mount host
+paths). The operand and NFD worker daemonsets tolerate exactly the GPU pool's taint, taken from
+TaintedGpuPool's output, so the taint is written once and the release also waits for every GPU
+node to be tainted. Time-slicing, when set, is a ConfigMap in the operator's namespace that the
+device plugin is pointed at (its migStrategy follows mig.strategy). `values` is deep-merged last
+(objects key by key, anything else replaced), for chart settings without a typed field, e.g.
+{driver: {version: "580.95.05"}}. The chart's own dcgm-exporter ServiceMonitor stays off:
+MonitoringStack owns the only one.
 """
 
 from __future__ import annotations

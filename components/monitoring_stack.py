@@ -6,10 +6,18 @@
 - Grafana's admin password comes from a Pulumi secret, stored in a Kubernetes Secret the chart
   reads (`grafana.admin.existingSecret`), or from a Secret that already exists; never the chart
   default. Grafana's sidecar loads dashboards from ConfigMaps labelled grafana_dashboard=1.
-- The one ServiceMonitor that scrapes dcgm-exporter lives here, not in the GPU Operator chart:
-  its CRD arrives with this release, so it is created after the release.
-- components/dashboards/gpu.json and components/alerts/gpu.rules.yaml are deployed as they are;
-  the tests parse every PromQL expression in them with Prometheus' parser and run promtool.
+- The GPU dashboard (components/dashboards/gpu.json): utilisation and framebuffer memory per node
+  and per namespace/pod, allocated vs allocatable GPUs per node, free GPUs per node
+  (fragmentation at a glance), temperature, power and XID errors. The PrometheusRule gpu-alerts
+  (components/alerts/gpu.rules.yaml): XID error, GPU above 85 C for 5 minutes, a GPU pod Pending
+  for 10 minutes, a node with GPU capacity but 0 allocatable for 5 minutes (device plugin down).
+  Both are deployed as they are; the tests parse every PromQL expression in them with
+  Prometheus' parser and run promtool.
+- Exactly one ServiceMonitor scrapes dcgm-exporter, and it is this one, not the GPU Operator
+  chart's (forced off there; config turning it on while monitoring is enabled is rejected): its
+  CRD arrives with this release, so it is created after the release, and it needs honorLabels,
+  the node from the pod's node name and the misleading Hostname label dropped (dcgm_endpoint).
+  Its target namespace comes from the operator's release status.
 """
 
 from __future__ import annotations

@@ -1,8 +1,18 @@
 """OpaGate: admission control that rejects GPU pods not using the binpack scheduler.
 
-Two engines, one rule and one message:
+It rejects pod CREATEs that request or limit a GPU resource (nvidia.com/gpu, nvidia.com/mig-*,
+and the extended resources this stack advertises) unless spec.schedulerName is the binpack
+scheduler; the message names the pod, the resource and the required scheduler. The scheduler
+name and resource names are data handed over from the layers that own them, never written into
+the policy source. Two engines, one rule and one message:
 - `opa`: OPA 1.x + kube-mgmt behind a ValidatingWebhookConfiguration, with the Rego v1
-  policies from policies/ (GPU resource names and scheduler name reach them as data);
+  policies from policies/. A CA and serving certificate from pulumi-tls (kept in state, renewed
+  in the last 30 days of the serving certificate); kube-mgmt loads the policy ConfigMaps through
+  a management listener on 127.0.0.1 guarded by a bearer token (policies/authz.rego: anonymous
+  callers may only ask for the decision and read /health). The readiness probe is /health/ready
+  (policies/health.rego: ready once the GPU policy and its data are loaded), and the webhook is
+  created only after the Deployment is ready, so the API server never meets an empty OPA. RBAC:
+  one Role on ConfigMaps in the gate's namespace.
 - `validating-admission-policy`: a native ValidatingAdmissionPolicy (CEL, GA since 1.30)
   with the same data written into its CEL; no webhook server at all.
 
@@ -11,6 +21,14 @@ The module-level functions build what both the component and the live tests crea
 
 Either way kube-system and the gate's own namespace carry openpolicyagent.org/webhook=ignore
 and are excluded, so the gate can never stop the cluster from restarting the gate itself.
+
+failurePolicy: `Fail` means no GPU pod is admitted while the gate cannot answer (OPA down,
+timeout), so bin-packing is never bypassed, and the excluded namespaces let the cluster and the
+gate recover. CPU pods are evaluated too (the webhook cannot tell GPU pods from others before
+asking), so with `Fail` an OPA outage also blocks CPU pods in gated namespaces: run 2 replicas.
+`Ignore` keeps every workload flowing during an outage at the price of GPU pods possibly landing
+on the default scheduler meanwhile. The native engine has no server to fail, so its failure
+policy only matters for CEL evaluation errors.
 """
 
 from __future__ import annotations

@@ -1,4 +1,11 @@
-"""TaintedGpuPool: taint and label the GPU nodes so only GPU pods land there."""
+"""TaintedGpuPool: taint and label the GPU nodes so only GPU pods land there.
+
+One dynamic resource per (node, taint) (components/providers/node_taint.py) edits only its own
+entry of spec.taints, so the taints Kubernetes manages stay, and a taint that was there before
+is put back by destroy. Labels are a map, so a NodePatch applies them server-side and owns just
+those keys. The nodes, the taint, its toleration and the labels are outputs: later layers take
+them from here, never from config.
+"""
 
 from __future__ import annotations
 
