@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import types
+import typing
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
@@ -282,7 +284,12 @@ def config_keys(model: type[BaseModel]) -> list[str]:
 # --------------------------------------------------------------------------- problems
 
 
-_NOT_SHOWN = object()
+class _NotShown:
+    def __repr__(self) -> str:
+        return "<not shown>"
+
+
+_NOT_SHOWN = _NotShown()
 
 
 @dataclass(frozen=True)
@@ -318,7 +325,6 @@ _BUILTIN_MESSAGES = {
     "list_type": "expected a list",
     "tuple_type": "expected a list",
     "iterable_type": "expected a list",
-    "missing": "required",
     "string_type": "expected a string",
     "bool_type": "expected true or false",
     "int_type": "expected an integer",
@@ -341,6 +347,7 @@ def _model_at(model: type[BaseModel], loc: Sequence[int | str]) -> type[BaseMode
     """The settings model that the key path `loc` points into, or None."""
     current: Any = model
     for part in loc:
+        current = _unwrap(current)
         if isinstance(current, type) and issubclass(current, BaseModel):
             if not isinstance(part, str):
                 return None
@@ -358,13 +365,13 @@ def _model_at(model: type[BaseModel], loc: Sequence[int | str]) -> type[BaseMode
 
 
 def _unwrap(annotation: Any) -> Any:
-    """The model class inside `X | None` or `Annotated[X, ...]`, else `annotation`."""
-    for arg in getattr(annotation, "__args__", ()) or ():
-        if isinstance(arg, type) and issubclass(arg, BaseModel):
-            return arg
-    origin = getattr(annotation, "__origin__", None)
-    if isinstance(origin, type) and issubclass(origin, BaseModel):
-        return origin
+    """`X` for `X | None` and `Annotated[X, ...]`, else `annotation`."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _unwrap(args[0]) if len(args) == 1 else annotation
     return annotation
 
 
@@ -399,6 +406,9 @@ def format_problems(
         if err["type"] == ERROR_TYPE:
             allowed = str(ctx["allowed"])
             key = str(ctx["key"]) if "key" in ctx else _key_path(loc) + str(ctx.get("at", ""))
+        elif err["type"] == "missing":
+            # The input of a missing key is its parent object, which may hold mistyped keys.
+            allowed, key, value = "required", _key_path(loc), _NOT_SHOWN
         elif err["type"] == "extra_forbidden":
             parent = _model_at(root, loc[len(prefix) : -1]) if len(loc) > len(prefix) else None
             keys = config_keys(parent) if parent else []

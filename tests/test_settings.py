@@ -74,3 +74,14 @@ def test_settings_null_config_key_takes_its_default_but_a_null_runtime_input_sta
         {"replicas": None, "access": None, "kubernetes_version": "v1.37.2"}
     )
     assert (args.replicas, args.access) == (2, None)
+
+
+def test_settings_unknown_key_in_an_optional_section_names_that_sections_keys() -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        parse_stack_config({"gpuOperator": {"devicePlugin": {"timeSlicing": {"replica": 4}}}})
+    assert [str(p) for p in excinfo.value.problems] == [
+        # The missing key's problem does not show its parent object, which holds the typo.
+        "gpu-cluster:gpuOperator.devicePlugin.timeSlicing.replicas: required",
+        "gpu-cluster:gpuOperator.devicePlugin.timeSlicing.replica: unknown key; "
+        "allowed: replicas, renameByDefault",
+    ]
