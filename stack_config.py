@@ -400,20 +400,17 @@ def _inventory(raw_nodes: Any) -> dict[str, str]:
 
 
 def parse_stack_config(
-    values: Mapping[str, Any],
-    project_file: Path | None = None,
-    secret_keys: Collection[str] | None = None,
+    values: Mapping[str, Any], secret_keys: Collection[str] | None = None
 ) -> StackConfig:
     """Validate decoded config values ({key without namespace: value}).
 
     Keys missing from `values` take their model default. `secret_keys` (keys without namespace
     that the stack stores encrypted) is checked when given: secrets set in plain text are
-    rejected. `project_file` is accepted for callers of the earlier signature and not read.
+    rejected.
     """
-    del project_file
     raw = dict(values)
     monitoring = raw.get("monitoring")
-    version = raw.get("kubernetesVersion", DEFAULT_KUBERNETES_VERSION)
+    version = raw.get("kubernetesVersion") or DEFAULT_KUBERNETES_VERSION
     context = {
         "inventory": _inventory(raw.get("nodes", [])),
         "secret_keys": None if secret_keys is None else set(secret_keys),
@@ -440,12 +437,11 @@ def _is_structured(key: str) -> bool:
     return isinstance(default, Mapping | tuple | list | Settings)
 
 
-def decode_raw_config(raw: Mapping[str, str], project_file: Path | None = None) -> dict[str, Any]:
+def decode_raw_config(raw: Mapping[str, str]) -> dict[str, Any]:
     """Decode Pulumi's string-valued config map ({"gpu-cluster:key": "..."}).
 
     Object and array values arrive as JSON text; strings stay as they are.
     """
-    del project_file
     values: dict[str, Any] = {}
     for full_key, text_value in raw.items():
         namespace, _, key = full_key.partition(":")
