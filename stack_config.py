@@ -40,6 +40,7 @@ from components.settings import (
     NODE_NAME,
     PLAIN_TEXT_SHOWN,
     PROJECT,
+    STRING,
     ConfigError,
     ContextRule,
     NodeRef,
@@ -104,13 +105,13 @@ SSH_USER = text(
     lambda v: v == "" or _SSH_USER.fullmatch(v) is not None,
     "expected a user name (lowercase, digits, '_', '-', '.')",
 )
-ADMISSION_PLUGIN = Rule(
+ADMISSION_PLUGIN = text(
+    lambda v: _CAMEL_CASE.fullmatch(v) is not None,
     "expected a plugin name (letters and digits, CamelCase)",
-    lambda v: isinstance(v, str) and _CAMEL_CASE.fullmatch(v) is not None,
 )
-FEATURE_GATE = Rule(
+FEATURE_GATE = text(
+    lambda v: _CAMEL_CASE.fullmatch(v) is not None,
     "expected a feature gate name in CamelCase, e.g. InPlacePodVerticalScaling",
-    lambda v: isinstance(v, str) and _CAMEL_CASE.fullmatch(v) is not None,
 )
 
 
@@ -295,7 +296,7 @@ class StackConfig(Settings):
     kubeconfig: Annotated[str, Kubeconfig()] = ""
     """Path of a kubeconfig file (it must exist), or the kubeconfig content itself (set it with
     --secret). Empty uses $KUBECONFIG or ~/.kube/config."""
-    kube_context: Annotated[str, Rule("expected a string", lambda v: isinstance(v, str))] = ""
+    kube_context: Annotated[str, STRING] = ""
     """Context inside the kubeconfig. Empty uses the kubeconfig's current-context."""
     kubernetes_version: Annotated[str, KUBERNETES_VERSION] = DEFAULT_KUBERNETES_VERSION
     """The cluster's Kubernetes version (vMAJOR.MINOR.PATCH). Picks the kube-scheduler image

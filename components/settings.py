@@ -196,9 +196,6 @@ def choice(values: Sequence[str]) -> Rule:
 
 STRING = Rule("expected a string", is_str)
 BOOL = Rule("expected true or false", is_bool)
-DNS_LABEL = text(
-    is_dns1123_label, "expected a DNS-1123 label (lowercase alphanumerics and '-', <= 63)"
-)
 NAMESPACE = text(is_dns1123_label, "expected a namespace name (DNS-1123 label)")
 NODE_NAME = text(is_dns1123_subdomain, "expected a Kubernetes node name (DNS-1123 subdomain)")
 QUALIFIED_NAME = text(is_qualified_name, "expected a qualified name, e.g. nvidia.com/gpu")
