@@ -78,6 +78,10 @@ _CAMEL_CASE = re.compile(r"[A-Z][A-Za-z0-9]*", re.ASCII)
 # Linux user names as useradd accepts them by default (NAME_REGEX), at most 32 characters.
 _SSH_USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}", re.ASCII)
 
+# Domains of the taints and labels Kubernetes itself manages (node.kubernetes.io/not-ready, ...).
+# Ref: https://kubernetes.io/docs/reference/labels-annotations-taints/
+RESERVED_DOMAINS = ("kubernetes.io", "k8s.io")
+
 # Keys whose values are never shown in a message, whatever the stack stores them as.
 ALWAYS_SECRET = frozenset({"sshPrivateKey", "grafanaAdminPassword"})
 
@@ -351,14 +355,28 @@ class StackConfig(Settings):
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        """Non-fatal findings (e.g. an untested Kubernetes version) for the caller to log."""
+        """Values that are legal but probably wrong, for the caller to log."""
+        found: list[str] = []
         minor = int(self.kubernetes_version.split(".")[1])
-        if minor in SUPPORTED_MINORS:
-            return ()
-        return (
-            f"{PROJECT}:kubernetesVersion {self.kubernetes_version} is outside the tested range "
-            f"v1.{SUPPORTED_MINORS.start}-v1.{SUPPORTED_MINORS.stop - 1}",
-        )
+        if minor not in SUPPORTED_MINORS:
+            found.append(
+                f"{PROJECT}:kubernetesVersion {self.kubernetes_version} is outside the tested "
+                f"range v1.{SUPPORTED_MINORS.start}-v1.{SUPPORTED_MINORS.stop - 1}"
+            )
+        domain = self.gpu_pool.taint.key.rpartition("/")[0]
+        if any(domain == d or domain.endswith(f".{d}") for d in RESERVED_DOMAINS):
+            found.append(
+                f"{PROJECT}:gpuPool.taint.key {self.gpu_pool.taint.key} is in a domain "
+                "Kubernetes reserves for its own taints; its controllers may act on or remove it"
+            )
+        for node, counts in self.extended_resources.items():
+            found.extend(
+                f"{PROJECT}:extendedResources.{node}.{name} advertises 0; no pod can be "
+                "scheduled with it there"
+                for name, count in counts.items()
+                if count == 0
+            )
+        return tuple(found)
 
     def control_plane_args(self) -> ControlPlaneFeaturesArgs:
         """ControlPlaneFeatures' inputs: controlPlane with hosts resolved to their addresses."""

@@ -179,6 +179,27 @@ def test_config_warns_on_untested_kubernetes_version() -> None:
     )
 
 
+def test_config_warns_on_a_taint_key_in_a_domain_kubernetes_reserves() -> None:
+    config = _parse(gpuPool={"nodes": ["gpu-1"], "taint": {"key": "node.kubernetes.io/gpu"}})
+    assert config.warnings == (
+        "gpu-cluster:gpuPool.taint.key node.kubernetes.io/gpu is in a domain Kubernetes "
+        "reserves for its own taints; its controllers may act on or remove it",
+    )
+
+
+def test_config_warns_on_an_extended_resource_advertised_as_zero() -> None:
+    config = _parse(extendedResources={"cpu-1": {"example.com/dongle": 0}})
+    assert config.warnings == (
+        "gpu-cluster:extendedResources.cpu-1.example.com/dongle advertises 0; no pod can be "
+        "scheduled with it there",
+    )
+
+
+def test_config_stack_files_load_without_warnings() -> None:
+    for stack in ("dev", "prod", "local"):
+        assert parse_stack_config(decode_raw_config(stack_config(stack))).warnings == ()
+
+
 def test_config_reports_every_problem_together() -> None:
     with pytest.raises(ConfigError) as excinfo:
         _parse(
