@@ -13,48 +13,37 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import pulumi
-from pydantic import AfterValidator, Field, ValidationError, field_validator
-from pydantic import ValidationInfo as FieldInfo
+from pydantic import AfterValidator, Field, ValidationError
 from pydantic_core import core_schema
 
 from components.binpack_scheduler import BinpackSchedulerSettings
-from components.control_plane_features import (
-    ADMISSION_PLUGINS,
-    ControlPlaneFeaturesArgs,
-    RemoteHost,
-    SshAccess,
-)
+from components.control_plane_features import ControlPlaneFeaturesArgs
+from components.control_plane_settings import ControlPlaneSettings
 from components.extended_resource_node import ExtendedResourcesSettings
-from components.feature_gates import unknown_gate_problem
 from components.gpu_operator import GpuOperatorSettings
 from components.monitoring_stack import MonitoringStackSettings
 from components.opa_gate import OpaGateSettings
 from components.settings import (
-    BOOL,
     NODE_NAME,
     PLAIN_TEXT_SHOWN,
     PROJECT,
     STRING,
     ConfigError,
     ContextRule,
-    NodeRef,
     Problem,
     Rule,
     Settings,
-    between,
-    config_keys,
     context_value,
     format_problems,
     is_host,
     problem,
     text,
-    unique,
 )
 from components.tainted_gpu_pool import TaintedGpuPoolSettings
 
@@ -74,9 +63,6 @@ SUPPORTED_MINORS = range(35, 38)
 DEFAULT_KUBERNETES_VERSION = "v1.37.2"
 
 _VERSION = re.compile(r"v(?P<major>[0-9]+)\.(?P<minor>[0-9]+)\.(?P<patch>[0-9]+)", re.ASCII)
-_CAMEL_CASE = re.compile(r"[A-Z][A-Za-z0-9]*", re.ASCII)
-# Linux user names as useradd accepts them by default (NAME_REGEX), at most 32 characters.
-_SSH_USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}", re.ASCII)
 
 # Domains of the taints and labels Kubernetes itself manages (node.kubernetes.io/not-ready, ...).
 # Ref: https://kubernetes.io/docs/reference/labels-annotations-taints/
@@ -105,32 +91,6 @@ NODE_ADDRESS = text(
     lambda v: v == "" or is_host(v),
     "expected a host name or an IP address (no port, scheme or path), e.g. 10.0.0.11",
 )
-SSH_USER = text(
-    lambda v: v == "" or _SSH_USER.fullmatch(v) is not None,
-    "expected a user name (lowercase, digits, '_', '-', '.')",
-)
-ADMISSION_PLUGIN = text(
-    lambda v: _CAMEL_CASE.fullmatch(v) is not None,
-    "expected a plugin name (letters and digits, CamelCase)",
-)
-FEATURE_GATE = text(
-    lambda v: _CAMEL_CASE.fullmatch(v) is not None,
-    "expected a feature gate name in CamelCase, e.g. InPlacePodVerticalScaling",
-)
-
-
-def _known_gate(name: str, info: FieldInfo) -> str:
-    version = context_value(info, "kubernetes_version")
-    why = unknown_gate_problem(name, version) if version else None
-    if why:
-        raise problem(why)
-    return name
-
-
-def _known_plugin(name: str) -> str:
-    if name not in ADMISSION_PLUGINS:
-        raise problem(f"unknown admission plugin; allowed: {', '.join(ADMISSION_PLUGINS)}")
-    return name
 
 
 @dataclass(frozen=True)
@@ -213,82 +173,6 @@ def _nodes_once(nodes: tuple[NodeSettings, ...]) -> tuple[NodeSettings, ...]:
             )
         seen.add(node.name)
     return nodes
-
-
-_NODE_LIST = Annotated[
-    tuple[Annotated[str, NodeRef()], ...],
-    AfterValidator(unique("each node may be listed once; it is listed twice")),
-]
-
-
-class ControlPlaneSettings(Settings):
-    """Admission plugins and feature gates edited over SSH on kubeadm hosts (controlPlane).
-
-    The SSH private key is the top-level secret key sshPrivateKey.
-    """
-
-    enabled: Annotated[bool, BOOL] = False
-    """Build the ControlPlaneFeatures layer."""
-    user: Annotated[str, SSH_USER] = Field(default="", validate_default=True)
-    """SSH user: root or with passwordless sudo. Required when enabled."""
-    port: Annotated[int, between(1, 65535)] = 22
-    """SSH port."""
-    ssh_agent: Annotated[bool, BOOL] = Field(default=False, validate_default=True)
-    """Use the SSH agent ($SSH_AUTH_SOCK) instead of sshPrivateKey."""
-    hosts: _NODE_LIST = Field(default=(), validate_default=True)
-    """Control-plane hosts (inventory names, reached at their address), edited one at a time
-    in this order. Required when enabled."""
-    kubelet_hosts: _NODE_LIST = ()
-    """Hosts whose kubelet gets the feature gates, after the control plane."""
-    admission_plugins: Annotated[
-        tuple[Annotated[str, ADMISSION_PLUGIN, AfterValidator(_known_plugin)], ...],
-        AfterValidator(unique("each plugin may be listed once; it is listed twice")),
-    ] = ()
-    """Admission plugins added to --enable-admission-plugins (existing ones are kept)."""
-    feature_gates: dict[
-        Annotated[str, FEATURE_GATE, AfterValidator(_known_gate)], Annotated[bool, BOOL]
-    ] = Field(default_factory=dict)
-    """Feature gates {Name: true | false} for kube-apiserver and the kubelets; gates locked or
-    removed in kubernetesVersion are left out with a warning."""
-    ready_timeout_seconds: Annotated[int, between(30, 1800)] = 300
-    """How long a restarted component may take to be healthy before the edit is rolled back."""
-    persist_kubeadm_config: Annotated[bool, BOOL] = True
-    """Also edit the kubeadm-config and kubelet-config ConfigMaps (survives kubeadm upgrade)."""
-
-    @field_validator("user")
-    @classmethod
-    def _user_when_enabled(cls, user: str, info: FieldInfo) -> str:
-        if info.data.get("enabled") and not user:
-            raise problem("required when controlPlane.enabled is true")
-        return user
-
-    @field_validator("ssh_agent")
-    @classmethod
-    def _key_or_agent(cls, agent: bool, info: FieldInfo) -> bool:
-        key_set = context_value(info, "ssh_key_set")
-        if info.data.get("enabled") and key_set is False and not agent:
-            raise problem(
-                "required when controlPlane.enabled is true (pulumi config set --secret "
-                "gpu-cluster:sshPrivateKey < key), unless controlPlane.sshAgent is true",
-                key="sshPrivateKey",
-                value="",
-            )
-        return agent
-
-    @field_validator("hosts", "kubelet_hosts")
-    @classmethod
-    def _hosts_have_addresses(cls, hosts: tuple[str, ...], info: FieldInfo) -> tuple[str, ...]:
-        if info.field_name == "hosts" and info.data.get("enabled") and not hosts:
-            raise problem("required when controlPlane.enabled is true", value=[])
-        inventory = context_value(info, "inventory") or {}
-        for i, name in enumerate(hosts):
-            if name in inventory and not inventory[name]:
-                raise problem(
-                    "node has no address in gpu-cluster:nodes; SSH needs one",
-                    at=f"[{i}]",
-                    value=name,
-                )
-        return hosts
 
 
 # --------------------------------------------------------------------------- the stack
@@ -380,30 +264,14 @@ class StackConfig(Settings):
 
     def control_plane_args(self) -> ControlPlaneFeaturesArgs:
         """ControlPlaneFeatures' inputs: controlPlane with hosts resolved to their addresses."""
-        cp = self.control_plane
-        addresses = {node.name: node.address for node in self.nodes}
-
-        def resolve(names: Sequence[str]) -> tuple[RemoteHost, ...]:
-            return tuple(RemoteHost(name=n, address=addresses[n]) for n in names)
-
-        return ControlPlaneFeaturesArgs(
-            ssh=SshAccess(user=cp.user, port=cp.port, private_key=self.ssh_private_key),
-            control_plane_hosts=resolve(cp.hosts),
-            kubelet_hosts=resolve(cp.kubelet_hosts),
+        return self.control_plane.args(
+            ssh_private_key=self.ssh_private_key,
+            addresses={node.name: node.address for node in self.nodes},
             kubernetes_version=self.kubernetes_version,
-            admission_plugins=cp.admission_plugins,
-            feature_gates=cp.feature_gates,
-            ready_timeout_seconds=cp.ready_timeout_seconds,
-            persist_kubeadm_config=cp.persist_kubeadm_config,
         )
 
 
 # --------------------------------------------------------------------------- entry points
-
-
-def config_key_names() -> list[str]:
-    """Every top-level key (without the `gpu-cluster:` namespace), in declaration order."""
-    return config_keys(StackConfig)
 
 
 def _inventory(raw_nodes: Any) -> dict[str, str]:

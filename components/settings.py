@@ -19,10 +19,11 @@ import types
 import typing
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
 import pulumi
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     GetCoreSchemaHandler,
@@ -440,6 +441,13 @@ class NodeRef(ContextRule):
         elif value not in inventory:
             raise problem(self.allowed)
         return value
+
+
+NodeRefs = Annotated[
+    tuple[Annotated[str, NodeRef()], ...],
+    AfterValidator(unique("each node may be listed once; it is listed twice")),
+]
+"""A list of inventory node names, each at most once."""
 
 
 def context_value(info: Any, name: str) -> Any:

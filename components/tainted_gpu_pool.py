@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, get_args
 
 import pulumi
 import pulumi_kubernetes as k8s
-from pydantic import AfterValidator, Field
+from pydantic import Field
 
 from components.cluster_access import ClusterAccess
 from components.providers.node_taint import NodeTaint
@@ -22,13 +22,12 @@ from components.settings import (
     LABEL_KEY,
     LABEL_VALUE,
     QUALIFIED_NAME,
-    NodeRef,
+    NodeRefs,
     Runtime,
     Settings,
     choice,
     is_label_value,
     text,
-    unique,
 )
 
 TOKEN = "gpu-cluster:index:TaintedGpuPool"
@@ -61,10 +60,7 @@ class Taint(Settings):
 class TaintedGpuPoolSettings(Settings):
     """The GPU nodes, their taint and labels (the stack config's gpuPool)."""
 
-    nodes: Annotated[
-        tuple[Annotated[str, NodeRef()], ...],
-        AfterValidator(unique("each node may be listed once; it is listed twice")),
-    ] = ()
+    nodes: NodeRefs = ()
     """Names of the GPU nodes, each in the inventory (gpu-cluster:nodes)."""
     taint: Taint = Field(default_factory=Taint)
     """Taint put on every GPU node; other taints on the node are left alone."""
