@@ -135,6 +135,12 @@ def test_opa_gate_config_is_data_not_rego() -> None:
     assert not any("gpu-pack" in source for source in load_policies().values())
 
 
+def test_opa_gate_leaves_advertised_resources_ungated_when_told_to() -> None:
+    recording = _make_gate(gate_extended_resources=False)
+    gate = json.loads(_config_maps(recording)["gpu-gate-config"]["data"]["gate.json"])
+    assert gate["gpu_resources"] == ["nvidia.com/gpu"]
+
+
 def test_opa_gate_management_api_is_loopback_only() -> None:
     recording = _make_gate()
     (deployment,) = recording.of_type("kubernetes:apps/v1:Deployment")
