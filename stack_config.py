@@ -16,10 +16,10 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 import pulumi
-from pydantic import AfterValidator, Field, ValidationError
+from pydantic import AfterValidator, Field, ValidationError, model_validator
 from pydantic_core import core_schema
 
 from components.binpack_scheduler import BinpackSchedulerSettings
@@ -28,7 +28,7 @@ from components.control_plane_settings import ControlPlaneSettings
 from components.extended_resource_node import ExtendedResourcesSettings
 from components.gpu_operator import GpuOperatorSettings
 from components.monitoring_stack import MonitoringStackSettings
-from components.opa_gate import OpaGateSettings
+from components.opa_gate import OpaGateArgs, OpaGateSettings
 from components.settings import (
     NODE_NAME,
     PLAIN_TEXT_SHOWN,
@@ -231,6 +231,26 @@ class StackConfig(Settings):
     """Grafana admin password, set with `pulumi config set --secret
     gpu-cluster:grafanaAdminPassword`. Required when monitoring.enabled is true, unless
     monitoring.grafanaAdminSecret names an existing Secret."""
+
+    @model_validator(mode="after")
+    def _one_layer_per_namespace(self) -> Self:
+        """Each layer creates its namespace, so two layers cannot share one."""
+        gate_namespace = OpaGateArgs.model_fields["namespace"].default
+        taken = {gate_namespace: "the admission gate's namespace"}
+        for key, enabled, namespace in (
+            ("gpuOperator.namespace", self.gpu_operator.enabled, self.gpu_operator.namespace),
+            ("monitoring.namespace", self.monitoring.enabled, self.monitoring.namespace),
+        ):
+            if not enabled:
+                continue
+            if namespace in taken:
+                raise problem(
+                    f"already {taken[namespace]}; each layer creates its own namespace",
+                    key=key,
+                    value=namespace,
+                )
+            taken[namespace] = f"the namespace of {key.partition('.')[0]}"
+        return self
 
     @property
     def kubernetes(self) -> KubernetesAccessConfig:

@@ -197,7 +197,13 @@ def choice(values: Sequence[str]) -> Rule:
 
 STRING = Rule("expected a string", is_str)
 BOOL = Rule("expected true or false", is_bool)
-NAMESPACE = text(is_dns1123_label, "expected a namespace name (DNS-1123 label)")
+# Namespaces every cluster already has; a layer that creates its namespace cannot take one.
+BUILT_IN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+NAMESPACE = text(
+    lambda v: is_dns1123_label(v) and v not in BUILT_IN_NAMESPACES,
+    "expected a namespace name (DNS-1123 label) for the layer to create, not one every "
+    f"cluster already has ({', '.join(BUILT_IN_NAMESPACES)})",
+)
 NODE_NAME = text(is_dns1123_subdomain, "expected a Kubernetes node name (DNS-1123 subdomain)")
 QUALIFIED_NAME = text(is_qualified_name, "expected a qualified name, e.g. nvidia.com/gpu")
 LABEL_KEY = text(is_qualified_name, "label key must be a qualified name")

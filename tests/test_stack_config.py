@@ -563,7 +563,35 @@ def test_config_rejects_gpu_operator_namespace_that_is_not_a_label() -> None:
     problems = _problems(gpuOperator={"namespace": "GPU_Operator"})
     assert problems == [
         "gpu-cluster:gpuOperator.namespace: got 'GPU_Operator'; "
-        "expected a namespace name (DNS-1123 label)"
+        "expected a namespace name (DNS-1123 label) for the layer to create, not one every "
+        "cluster already has (default, kube-system, kube-public, kube-node-lease)"
+    ]
+
+
+@pytest.mark.parametrize("namespace", ["kube-system", "default"])
+def test_config_rejects_a_built_in_namespace_for_a_layer_that_creates_its_own(
+    namespace: str,
+) -> None:
+    (problem,) = _problems(monitoring={"namespace": namespace})
+    assert problem.startswith(f"gpu-cluster:monitoring.namespace: got {namespace!r}; ")
+
+
+def test_config_rejects_two_layers_in_one_namespace() -> None:
+    problems = _problems(
+        gpuOperator={"enabled": True, "namespace": "gpu"},
+        monitoring={"enabled": True, "namespace": "gpu", "grafanaAdminSecret": "grafana-admin"},
+    )
+    assert problems == [
+        "gpu-cluster:monitoring.namespace: got 'gpu'; already the namespace of gpuOperator; "
+        "each layer creates its own namespace"
+    ]
+
+
+def test_config_rejects_the_admission_gates_namespace_for_another_layer() -> None:
+    problems = _problems(gpuOperator={"enabled": True, "namespace": "gpu-admission"})
+    assert problems == [
+        "gpu-cluster:gpuOperator.namespace: got 'gpu-admission'; already the admission gate's "
+        "namespace; each layer creates its own namespace"
     ]
 
 
