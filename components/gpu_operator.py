@@ -138,7 +138,8 @@ class DevicePlugin(Settings):
     """The NVIDIA device plugin (always deployed)."""
 
     time_slicing: TimeSlicing | None = None
-    """Share each GPU between pods; unset advertises whole GPUs only."""
+    """Share each GPU between pods (needs mig.strategy none or single); unset advertises whole
+    GPUs only."""
 
 
 class Mig(Settings):
@@ -161,7 +162,7 @@ class GpuOperatorSettings(Settings):
     enabled: Annotated[bool, BOOL] = False
     """Build the GpuOperator layer (needs a reachable chart repository)."""
     namespace: Annotated[str, NAMESPACE] = "gpu-operator"
-    """The operator's own namespace (created here)."""
+    """The operator's own namespace (created here, so no other layer's)."""
     repository: Annotated[str, HELM_REPOSITORY] = DEFAULT_REPOSITORY
     """Helm repository URL of the chart."""
     version: Annotated[str, chart_version(DEFAULT_VERSION)] = DEFAULT_VERSION
@@ -183,7 +184,8 @@ class GpuOperatorSettings(Settings):
     operator: OperatorOptions = Field(default_factory=OperatorOptions)
     """The operator's own options."""
     values: Annotated[dict[str, Any], free_values()] = Field(default_factory=dict)
-    """Free-form chart values, deep-merged last over everything above."""
+    """Free-form chart values, deep-merged last over everything above.
+    dcgmExporter.serviceMonitor.enabled true is rejected while monitoring is enabled."""
 
     @model_validator(mode="after")
     def _time_slicing_needs_one_gpu_resource(self) -> Self:

@@ -106,7 +106,7 @@ class MonitoringStackSettings(Settings):
     enabled: Annotated[bool, BOOL] = False
     """Build the MonitoringStack layer (needs a reachable chart repository)."""
     namespace: Annotated[str, NAMESPACE] = "monitoring"
-    """The stack's namespace (created here)."""
+    """The stack's namespace (created here, so no other layer's)."""
     repository: Annotated[str, HELM_REPOSITORY] = DEFAULT_REPOSITORY
     """Helm repository URL of kube-prometheus-stack."""
     version: Annotated[str, chart_version(DEFAULT_VERSION)] = DEFAULT_VERSION
