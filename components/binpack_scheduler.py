@@ -32,6 +32,7 @@ from pydantic import Field, field_validator
 
 from components.cluster_access import ClusterAccess
 from components.settings import (
+    DEVICE_PLUGIN_DOMAINS,
     Runtime,
     Settings,
     between,
@@ -100,6 +101,11 @@ class SchedulerProfile:
     """Namespace of the scheduler's own Lease."""
 
 
+def is_gpu_resource(name: str) -> bool:
+    """A resource a GPU device plugin advertises (nvidia.com/gpu, nvidia.com/mig-..., ...)."""
+    return name.partition("/")[0] in DEVICE_PLUGIN_DOMAINS
+
+
 def is_requestable_resource(name: str) -> bool:
     """A resource name a pod can request: native (cpu, memory, ...) or `domain/name`."""
     if name in NATIVE_RESOURCES or _HUGEPAGES.fullmatch(name):
@@ -132,8 +138,7 @@ class BinpackSchedulerSettings(Settings):
         Annotated[str, RESOURCE_NAME],
         Annotated[int, between(1, 100, "expected an integer weight from 1 to 100")],
     ] = Field(default_factory=lambda: {w.name: w.weight for w in DEFAULT_WEIGHTS})
-    """{resource name: weight} scored by the profile; at least one must be a GPU or other
-    extended resource (domain/name)."""
+    """{resource name: weight} scored by the profile; at least one must be a GPU resource."""
     percentage_of_nodes_to_score: Annotated[int, between(0, 100)] | None = None
     """Share of feasible nodes scored per pod; unset keeps the scheduler's adaptive default."""
 
@@ -157,11 +162,12 @@ class BinpackSchedulerSettings(Settings):
 
     @field_validator("resource_weights")
     @classmethod
-    def _weights_a_device(cls, weights: dict[str, int]) -> dict[str, int]:
-        if not any("/" in name for name in weights):
+    def _weights_a_gpu(cls, weights: dict[str, int]) -> dict[str, int]:
+        if not any(is_gpu_resource(name) for name in weights):
             raise problem(
-                "expected at least one GPU or extended resource (domain/name, e.g. "
-                "nvidia.com/gpu); cpu and memory alone do not bin-pack GPU pods"
+                "expected at least one GPU resource (a device plugin's: "
+                f"{', '.join(d + '/...' for d in DEVICE_PLUGIN_DOMAINS)}, e.g. nvidia.com/gpu); "
+                "without one the profile does not bin-pack GPU pods"
             )
         return weights
 

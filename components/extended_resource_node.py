@@ -17,6 +17,7 @@ from pydantic import AfterValidator
 from components.cluster_access import ClusterAccess
 from components.providers.extended_resource import ExtendedResource
 from components.settings import (
+    DEVICE_PLUGIN_DOMAINS,
     NODE_NAME,
     NodeRef,
     Rule,
@@ -28,12 +29,6 @@ from components.settings import (
 )
 
 TOKEN = "gpu-cluster:index:ExtendedResourceNode"
-
-# Domains whose resources a device plugin advertises and keeps up to date on each node
-# (NVIDIA: nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*; AMD; Intel). Patching one
-# of them here would fight the device plugin and lie to the scheduler about real devices.
-# Ref: https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/
-DEVICE_PLUGIN_DOMAINS = ("nvidia.com", "amd.com", "gpu.intel.com")
 
 
 def extended_resource_name_problem(name: str) -> str | None:

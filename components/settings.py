@@ -55,6 +55,13 @@ _HELM_REPOSITORY = re.compile(r"(https?|oci)://[!-~]+", re.ASCII)
 _PROMETHEUS_DURATION = re.compile(r"([0-9]+(ms|s|m|h|d|w|y))+", re.ASCII)
 
 
+# Domains whose resources a device plugin advertises and keeps up to date on each node
+# (NVIDIA: nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*; AMD; Intel). Advertising
+# one of them by hand would fight the device plugin and lie to the scheduler about devices.
+# Ref: https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/
+DEVICE_PLUGIN_DOMAINS = ("nvidia.com", "amd.com", "gpu.intel.com")
+
+
 # --------------------------------------------------------------------------- name rules
 
 

@@ -195,6 +195,16 @@ def test_config_warns_on_an_extended_resource_advertised_as_zero() -> None:
     )
 
 
+def test_config_warns_when_time_slicing_renames_gpus_away_from_gate_and_weights() -> None:
+    sharing = {"replicas": 4, "renameByDefault": True}
+    config = _parse(gpuOperator={"enabled": True, "devicePlugin": {"timeSlicing": sharing}})
+    assert config.warnings == (
+        "gpu-cluster:gpuOperator.devicePlugin.timeSlicing.renameByDefault true advertises "
+        "shared GPUs as nvidia.com/gpu.shared, which the admission gate does not gate and "
+        "scheduler.resourceWeights does not weight",
+    )
+
+
 def test_config_stack_files_load_without_warnings() -> None:
     for stack in ("dev", "prod", "local"):
         assert parse_stack_config(decode_raw_config(stack_config(stack))).warnings == ()
@@ -782,12 +792,15 @@ def test_config_rejects_weight_for_a_resource_no_pod_can_request(name: str) -> N
     ]
 
 
-def test_config_rejects_weights_without_any_gpu_resource() -> None:
-    problems = _problems(scheduler={"resourceWeights": {"cpu": 1, "memory": 1}})
+@pytest.mark.parametrize(
+    "weights", [{"cpu": 1, "memory": 1}, {"example.com/dongle": 100, "cpu": 1}]
+)
+def test_config_rejects_weights_without_any_gpu_resource(weights: dict[str, int]) -> None:
+    problems = _problems(scheduler={"resourceWeights": weights})
     assert problems == [
-        "gpu-cluster:scheduler.resourceWeights: got {'cpu': 1, 'memory': 1}; expected at least "
-        "one GPU or extended resource (domain/name, e.g. nvidia.com/gpu); cpu and memory alone "
-        "do not bin-pack GPU pods"
+        f"gpu-cluster:scheduler.resourceWeights: got {weights!r}; expected at least one GPU "
+        "resource (a device plugin's: nvidia.com/..., amd.com/..., gpu.intel.com/..., e.g. "
+        "nvidia.com/gpu); without one the profile does not bin-pack GPU pods"
     ]
 
 
