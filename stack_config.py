@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, Self
 
 import pulumi
+import yaml
 from pydantic import AfterValidator, Field, ValidationError, model_validator
 from pydantic_core import core_schema
 
@@ -137,7 +138,18 @@ class Kubeconfig(ContextRule):
                 "no such file; expected the path of a kubeconfig file, or empty for "
                 "$KUBECONFIG or ~/.kube/config"
             )
+        if value and not isinstance(kubeconfig_document(value), Mapping):
+            raise problem("expected a kubeconfig (a YAML object with clusters, contexts, users)")
         return value
+
+
+def kubeconfig_document(value: str) -> Any:
+    """The parsed kubeconfig of a path or content; None when it is not YAML or not readable."""
+    try:
+        text_value = value if "\n" in value else Path(value).expanduser().read_text()
+        return yaml.safe_load(text_value)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
 
 
 # --------------------------------------------------------------------------- sections
@@ -231,6 +243,20 @@ class StackConfig(Settings):
     """Grafana admin password, set with `pulumi config set --secret
     gpu-cluster:grafanaAdminPassword`. Required when monitoring.enabled is true, unless
     monitoring.grafanaAdminSecret names an existing Secret."""
+
+    @model_validator(mode="after")
+    def _context_in_kubeconfig(self) -> Self:
+        """A kubeContext missing from the given kubeconfig would fail at the first API call."""
+        if not (self.kubeconfig and self.kube_context):
+            return self
+        contexts = kubeconfig_document(self.kubeconfig).get("contexts") or []
+        if not any(isinstance(c, Mapping) and c.get("name") == self.kube_context for c in contexts):
+            raise problem(
+                "no context of that name in the kubeconfig that gpu-cluster:kubeconfig gives",
+                key="kubeContext",
+                value=self.kube_context,
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_layer_per_namespace(self) -> Self:

@@ -728,6 +728,27 @@ def test_config_accepts_kubeconfig_path_that_exists(tmp_path: Path) -> None:
     assert _parse(kubeconfig=str(path)).kubernetes.kubeconfig == str(path)
 
 
+def test_config_rejects_kubeconfig_file_that_is_not_a_kubeconfig(tmp_path: Path) -> None:
+    path = tmp_path / "admin.conf"
+    path.write_text("clusters: [unclosed\n")
+    problems = _problems(kubeconfig=str(path))
+    assert problems == [
+        f"gpu-cluster:kubeconfig: got {str(path)!r}; expected a kubeconfig (a YAML object with "
+        "clusters, contexts, users)"
+    ]
+
+
+def test_config_rejects_kube_context_missing_from_the_given_kubeconfig(tmp_path: Path) -> None:
+    path = tmp_path / "admin.conf"
+    path.write_text("apiVersion: v1\nkind: Config\ncontexts:\n- name: lab\n  context: {}\n")
+    assert _parse(kubeconfig=str(path), kubeContext="lab").kubernetes.context == "lab"
+    problems = _problems(kubeconfig=str(path), kubeContext="prod")
+    assert problems == [
+        "gpu-cluster:kubeContext: got 'prod'; no context of that name in the kubeconfig that "
+        "gpu-cluster:kubeconfig gives"
+    ]
+
+
 def test_config_rejects_kubeconfig_content_in_plain_text_without_showing_it() -> None:
     content = "apiVersion: v1\nkind: Config\nusers:\n- name: admin\n  user: {token: t0ps3cret}\n"
     with pytest.raises(ConfigError) as excinfo:
