@@ -19,7 +19,6 @@ from components import (
     BinpackSchedulerArgs,
     ClusterAccess,
     ControlPlaneFeatures,
-    ControlPlaneFeaturesArgs,
     ExtendedResourceNode,
     ExtendedResourceNodeArgs,
     GpuOperator,
@@ -42,7 +41,7 @@ access = ClusterAccess.create("cluster", config.kubernetes.kubeconfig, config.ku
 extended_nodes = {
     node: ExtendedResourceNode(
         f"extended-{node}",
-        ExtendedResourceNodeArgs(access=access, node=node, resources=resources),
+        ExtendedResourceNodeArgs(node=node, resources=resources, access=access),
     )
     for node, resources in config.extended_resources.items()
 }
@@ -52,29 +51,11 @@ extended_nodes = {
 # tainted (a NoExecute taint would otherwise evict pods admitted without it).
 control_plane = None
 if config.control_plane.enabled:
-    cp = config.control_plane
-    control_plane = ControlPlaneFeatures(
-        "control-plane",
-        ControlPlaneFeaturesArgs(
-            ssh=cp.ssh,
-            control_plane_hosts=cp.hosts,
-            kubelet_hosts=cp.kubelet_hosts,
-            kubernetes_version=config.kubernetes_version,
-            admission_plugins=cp.admission_plugins,
-            feature_gates=cp.feature_gates,
-            ready_timeout_seconds=cp.ready_timeout_seconds,
-            persist_kubeadm_config=cp.persist_kubeadm_config,
-        ),
-    )
+    control_plane = ControlPlaneFeatures("control-plane", config.control_plane_args())
 
 gpu_pool = TaintedGpuPool(
     "gpu-pool",
-    TaintedGpuPoolArgs(
-        access=access,
-        nodes=config.gpu_pool.nodes,
-        taint=config.gpu_pool.taint,
-        labels=config.gpu_pool.labels,
-    ),
+    TaintedGpuPoolArgs.from_settings(config.gpu_pool, access=access),
     pulumi.ResourceOptions(depends_on=[control_plane] if control_plane else []),
 )
 
@@ -83,51 +64,39 @@ gpu_operator = None
 if config.gpu_operator.enabled:
     gpu_operator = GpuOperator(
         "gpu-operator",
-        GpuOperatorArgs.of(config.gpu_operator, access=access, taint=gpu_pool.taint),
+        GpuOperatorArgs.from_settings(config.gpu_operator, access=access, taint=gpu_pool.taint),
     )
 
 scheduler = BinpackScheduler(
     "binpack-scheduler",
-    BinpackSchedulerArgs(
-        access=access,
-        kubernetes_version=config.kubernetes_version,
-        profile=config.scheduler.profile,
-        replicas=config.scheduler.replicas,
+    BinpackSchedulerArgs.from_settings(
+        config.scheduler, access=access, kubernetes_version=config.kubernetes_version
     ),
 )
 
-# Advertised extended resources are gated too, named by the layer that advertises them.
+# Advertised extended resources are named by the layer that advertises them.
 advertised_names = pulumi.Output.all(*(n.resources for n in extended_nodes.values())).apply(
     lambda maps: sorted({name for counts in maps for name in counts})
 )
 gate = OpaGate(
     "gpu-gate",
-    OpaGateArgs(
+    OpaGateArgs.from_settings(
+        config.admission,
         access=access,
         scheduler_name=scheduler.scheduler_name,
-        gpu_resources=advertised_names if config.admission.gate_extended_resources else [],
-        engine=config.admission.engine,
-        failure_policy=config.admission.failure_policy,
-        timeout_seconds=config.admission.timeout_seconds,
-        replicas=config.admission.replicas,
+        gpu_resources=advertised_names,
     ),
 )
 
 monitoring = None
 if config.monitoring.enabled:
-    mon = config.monitoring
     monitoring = MonitoringStack(
         "monitoring",
-        MonitoringStackArgs(
+        MonitoringStackArgs.from_settings(
+            config.monitoring,
             access=access,
-            grafana_admin_password=mon.grafana_admin_password,
-            grafana_admin_secret=mon.grafana_admin_secret,
+            grafana_admin_password=config.grafana_admin_password,
             dcgm=gpu_operator.dcgm_target if gpu_operator is not None else None,
-            namespace=mon.namespace,
-            repository=mon.repository,
-            version=mon.version,
-            dcgm_scrape_interval=mon.dcgm_scrape_interval,
-            values=mon.values,
         ),
     )
 

@@ -5,36 +5,64 @@ pod leave no room for a 2-GPU pod. This profile scores nodes by how full they wo
 (NodeResourcesFit with the RequestedToCapacityRatio scoring strategy), weighting GPUs far
 above cpu and memory, so GPU pods fill one node before the next.
 
+It runs as a Deployment of registry.k8s.io/kube-scheduler:<kubernetesVersion> in kube-system,
+reading a kubescheduler.config.k8s.io/v1 configuration from a ConfigMap whose hash is a pod
+annotation (a config change rolls the pods). It authenticates with its ServiceAccount (no
+hostPath to the control plane's scheduler.conf), serves HTTPS on 10259 with /livez and /readyz
+probes, runs with system-cluster-critical priority, tolerates the control-plane taint and elects
+a leader on its own Lease named after the scheduler. RBAC is kubeadm's scheduler roles plus one
+Role on that Lease, because system:kube-scheduler only covers the Lease named kube-scheduler.
+The rendered configuration is an output (stack output `schedulerConfig`).
+
 # Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/resource-bin-packing/
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
+from pydantic import Field, field_validator
 
 from components.cluster_access import ClusterAccess
+from components.settings import (
+    DEVICE_PLUGIN_DOMAINS,
+    Runtime,
+    Settings,
+    between,
+    is_dns1123_label,
+    is_qualified_name,
+    problem,
+    text,
+)
 
 TOKEN = "gpu-cluster:index:BinpackScheduler"
 CONFIG_KEY = "config.yaml"
 CONFIG_DIR = "/etc/kubernetes/gpu-binpack-scheduler"
 SECURE_PORT = 10259
+# The cluster's own kube-scheduler answers to this name; a second profile with it would make
+# every ordinary pod a candidate for both schedulers.
+DEFAULT_SCHEDULER = "default-scheduler"
+DEFAULT_SCHEDULER_NAME = "gpu-binpack-scheduler"
+# Resources a pod can request without a domain.
+# Ref: https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/
+NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+_HUGEPAGES = re.compile(r"hugepages-[0-9]+(Ki|Mi|Gi|Ti|Pi|Ei)?", re.ASCII)
 
 
-@dataclass(frozen=True, kw_only=True)
-class ShapePoint:
+class ShapePoint(Settings):
     """One point of the utilization -> score curve."""
 
-    utilization: int
-    """Requested / allocatable, in percent (0..100)."""
-    score: int
-    """Score at that utilization (0..10)."""
+    utilization: Annotated[int, between(0, 100)]
+    """Requested / allocatable, in percent."""
+    score: Annotated[int, between(0, 10)]
+    """Score at that utilization (kube-scheduler's maximum is 10)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,7 +72,7 @@ class ResourceWeight:
     name: str
     """Resource name, e.g. nvidia.com/gpu."""
     weight: int
-    """Weight (>= 1)."""
+    """Weight (1..100)."""
 
 
 DEFAULT_SHAPE = (ShapePoint(utilization=0, score=0), ShapePoint(utilization=100, score=10))
@@ -59,7 +87,7 @@ DEFAULT_WEIGHTS = (
 class SchedulerProfile:
     """What the KubeSchedulerConfiguration says; rendered by `render_config`."""
 
-    scheduler_name: str = "gpu-binpack-scheduler"
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
     """Profile schedulerName that GPU pods set in spec.schedulerName."""
     shape: Sequence[ShapePoint] = DEFAULT_SHAPE
     """Utilization -> score curve; rising means bin-packing."""
@@ -71,6 +99,89 @@ class SchedulerProfile:
     """Take part in leader election (off only for a single local process)."""
     lease_namespace: str = "kube-system"
     """Namespace of the scheduler's own Lease."""
+
+
+def is_gpu_resource(name: str) -> bool:
+    """A resource a GPU device plugin advertises (nvidia.com/gpu, nvidia.com/mig-..., ...)."""
+    return name.partition("/")[0] in DEVICE_PLUGIN_DOMAINS
+
+
+def is_requestable_resource(name: str) -> bool:
+    """A resource name a pod can request: native (cpu, memory, ...) or `domain/name`."""
+    if name in NATIVE_RESOURCES or _HUGEPAGES.fullmatch(name):
+        return True
+    return "/" in name and is_qualified_name(name)
+
+
+SCHEDULER_NAME = text(
+    lambda v: is_dns1123_label(v) and v != DEFAULT_SCHEDULER,
+    "expected a DNS-1123 label (lowercase alphanumerics and '-', <= 63) other than "
+    f"{DEFAULT_SCHEDULER}, which the cluster's own kube-scheduler uses",
+)
+RESOURCE_NAME = text(
+    is_requestable_resource,
+    "expected a resource a pod can request: cpu, memory, ephemeral-storage, hugepages-<size> "
+    "or domain/name (e.g. nvidia.com/gpu)",
+)
+
+
+class BinpackSchedulerSettings(Settings):
+    """The bin-packing kube-scheduler (the stack config's scheduler)."""
+
+    name: Annotated[str, SCHEDULER_NAME] = DEFAULT_SCHEDULER_NAME
+    """Profile schedulerName that GPU pods set in spec.schedulerName."""
+    replicas: Annotated[int, between(1, 5)] = 2
+    """Deployment replicas; leader election makes more than one safe."""
+    shape: tuple[ShapePoint, ...] = DEFAULT_SHAPE
+    """Utilization -> score curve (RequestedToCapacityRatio); rising means bin-packing."""
+    resource_weights: dict[
+        Annotated[str, RESOURCE_NAME],
+        Annotated[int, between(1, 100, "expected an integer weight from 1 to 100")],
+    ] = Field(default_factory=lambda: {w.name: w.weight for w in DEFAULT_WEIGHTS})
+    """{resource name: weight} scored by the profile; at least one must be a GPU resource."""
+    percentage_of_nodes_to_score: Annotated[int, between(0, 100)] | None = None
+    """Share of feasible nodes scored per pod; unset keeps the scheduler's adaptive default."""
+
+    @field_validator("shape")
+    @classmethod
+    def _rising(cls, shape: tuple[ShapePoint, ...]) -> tuple[ShapePoint, ...]:
+        if len(shape) < 2:
+            raise problem(
+                "expected at least two {utilization, score} points",
+                value=[p.model_dump() for p in shape],
+            )
+        for i in range(1, len(shape)):
+            previous = shape[i - 1].utilization
+            if shape[i].utilization <= previous:
+                raise problem(
+                    f"utilizations must strictly increase; previous is {previous}",
+                    at=f"[{i}].utilization",
+                    value=shape[i].utilization,
+                )
+        return shape
+
+    @field_validator("resource_weights")
+    @classmethod
+    def _weights_a_gpu(cls, weights: dict[str, int]) -> dict[str, int]:
+        if not any(is_gpu_resource(name) for name in weights):
+            raise problem(
+                "expected at least one GPU resource (a device plugin's: "
+                f"{', '.join(d + '/...' for d in DEVICE_PLUGIN_DOMAINS)}, e.g. nvidia.com/gpu); "
+                "without one the profile does not bin-pack GPU pods"
+            )
+        return weights
+
+    @property
+    def profile(self) -> SchedulerProfile:
+        """The KubeSchedulerConfiguration profile these settings describe."""
+        return SchedulerProfile(
+            scheduler_name=self.name,
+            shape=self.shape,
+            resources=tuple(
+                ResourceWeight(name=n, weight=w) for n, w in self.resource_weights.items()
+            ),
+            percentage_of_nodes_to_score=self.percentage_of_nodes_to_score,
+        )
 
 
 def render_config(profile: SchedulerProfile, kubeconfig: str | None = None) -> dict[str, Any]:
@@ -115,23 +226,20 @@ def render_config_yaml(profile: SchedulerProfile, kubeconfig: str | None = None)
     return yaml.safe_dump(render_config(profile, kubeconfig), sort_keys=False)
 
 
-@dataclass(frozen=True, kw_only=True)
-class BinpackSchedulerArgs:
-    """Inputs of BinpackScheduler."""
+class BinpackSchedulerArgs(BinpackSchedulerSettings):
+    """Inputs of BinpackScheduler: its settings plus the cluster and where it runs."""
 
-    access: ClusterAccess
+    access: Annotated[ClusterAccess, Runtime()]
     """Cluster provider."""
-    kubernetes_version: str
-    """Cluster version, e.g. v1.34.4; picks the kube-scheduler image tag."""
-    profile: SchedulerProfile = field(default_factory=SchedulerProfile)
-    """The scheduling profile."""
-    replicas: int = 2
-    """Replicas; leader election makes more than one safe."""
-    namespace: str = "kube-system"
+    kubernetes_version: Annotated[str, Runtime()]
+    """Cluster version, e.g. v1.37.2; picks the kube-scheduler image tag."""
+    namespace: Annotated[str, Runtime()] = "kube-system"
     """Namespace of the Deployment (kube-system, beside the cluster's own scheduler)."""
-    image_repository: str = "registry.k8s.io/kube-scheduler"
+    image_repository: Annotated[str, Runtime()] = "registry.k8s.io/kube-scheduler"
     """Image repository; the tag is kubernetes_version."""
-    requests: Mapping[str, str] = field(default_factory=lambda: {"cpu": "100m", "memory": "128Mi"})
+    requests: Annotated[Mapping[str, str], Runtime()] = Field(
+        default_factory=lambda: {"cpu": "100m", "memory": "128Mi"}
+    )
     """Container resource requests."""
 
 

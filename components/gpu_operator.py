@@ -1,23 +1,45 @@
-"""GpuOperator: the NVIDIA GPU Operator as a Helm release, with values built from typed config.
+"""GpuOperator: the NVIDIA GPU Operator as a Helm release, with values built from typed settings.
 
 A `helm.v3.Release` rather than `helm.v4.Chart`: the chart upgrades its CRDs from a Helm
 pre-upgrade hook (`operator.upgradeCRD`), and v4 Chart renders templates without running hooks.
-The operand daemonsets tolerate exactly the GPU pool's taint, taken from TaintedGpuPool's output,
-so the release also waits for every GPU node to be tainted.
+The release lives in its own namespace, labelled for privileged pods (the operands mount host
+paths). The operand and NFD worker daemonsets tolerate exactly the GPU pool's taint, taken from
+TaintedGpuPool's output, so the taint is written once and the release also waits for every GPU
+node to be tainted. Time-slicing, when set, is a ConfigMap in the operator's namespace that the
+device plugin is pointed at (its migStrategy follows mig.strategy). `values` is deep-merged last
+(objects key by key, anything else replaced), for chart settings without a typed field, e.g.
+{driver: {version: "580.95.05"}}. The chart's own dcgm-exporter ServiceMonitor stays off:
+MonitoringStack owns the only one.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any, Literal, cast, get_args
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, Self, cast, get_args
 
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
+from pydantic import Field, ValidationInfo, model_validator
 
 from components.cluster_access import ClusterAccess
+from components.settings import (
+    BOOL,
+    HELM_REPOSITORY,
+    NAMESPACE,
+    Rule,
+    Runtime,
+    Settings,
+    between,
+    chart_version,
+    choice,
+    context_value,
+    free_values,
+    problem,
+)
 from components.tainted_gpu_pool import Taint, TaintEffect
 
 TOKEN = "gpu-cluster:index:GpuOperator"
@@ -34,6 +56,17 @@ TIME_SLICING_KEY = "any"
 # Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-telemetry/latest/kube-prometheus.html
 DCGM_SERVICE_SELECTOR: Mapping[str, str] = {"app": "nvidia-dcgm-exporter"}
 DCGM_PORT_NAME = "gpu-metrics"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+ENV_NAME = Rule(
+    "expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
+    lambda v: isinstance(v, str) and _ENV_NAME.fullmatch(v) is not None,
+)
+# YAML numbers and booleans are written as the strings the container sees.
+ENV_VALUE = Rule(
+    "expected a string (numbers and booleans become strings)",
+    lambda v: isinstance(v, str | int | float),
+    lambda v: ("true" if v else "false") if isinstance(v, bool) else str(v),
+)
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -48,16 +81,15 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return merged
 
 
-@dataclass(frozen=True, kw_only=True)
-class TimeSlicing:
+class TimeSlicing(Settings):
     """GPU time-slicing: each physical GPU is advertised `replicas` times.
 
     # Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-sharing.html
     """
 
-    replicas: int
-    """How many pods may share one GPU (>= 2)."""
-    rename_by_default: bool = False
+    replicas: Annotated[int, between(2, 64)]
+    """How many pods may share one GPU."""
+    rename_by_default: Annotated[bool, BOOL] = False
     """Advertise shared GPUs as `nvidia.com/gpu.shared` instead of `nvidia.com/gpu`."""
 
     def config(self, mig_strategy: MigStrategy) -> dict[str, Any]:
@@ -86,58 +118,110 @@ class DcgmTarget:
     """Name of the Service port serving /metrics."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class GpuOperatorChart:
-    """What the chart installs and how; the stack config's gpuOperator holds exactly these."""
+class Switch(Settings):
+    """An operand that is on unless turned off."""
 
-    namespace: str = "gpu-operator"
-    """The operator's own namespace (created here)."""
-    repository: str = DEFAULT_REPOSITORY
-    """Helm repository URL of the chart."""
-    version: str = DEFAULT_VERSION
-    """Chart version (pinned)."""
-    driver_enabled: bool = True
-    """Install the NVIDIA driver as a container; false where drivers are preinstalled."""
-    toolkit_enabled: bool = True
-    """Install the NVIDIA Container Toolkit; false where it is preinstalled."""
-    toolkit_env: Mapping[str, str] = field(default_factory=dict)
+    enabled: Annotated[bool, BOOL] = True
+    """Deploy it."""
+
+
+class Toolkit(Settings):
+    """The NVIDIA Container Toolkit operand."""
+
+    enabled: Annotated[bool, BOOL] = True
+    """Install the toolkit; false where it is preinstalled."""
+    env: dict[Annotated[str, ENV_NAME], Annotated[str, ENV_VALUE]] = Field(default_factory=dict)
     """Environment of the toolkit container, e.g. {CONTAINERD_CONFIG: /etc/containerd/config.toml}."""
+
+
+class DevicePlugin(Settings):
+    """The NVIDIA device plugin (always deployed)."""
+
     time_slicing: TimeSlicing | None = None
-    """Share each GPU between pods; None advertises whole GPUs only."""
-    mig_strategy: MigStrategy = "single"
-    """How MIG devices are advertised: none, single (as nvidia.com/gpu) or mixed (per profile)."""
-    mig_manager_enabled: bool = True
-    """Run the MIG manager (applies MIG layouts from the nvidia.com/mig.config node label)."""
-    dcgm_exporter_enabled: bool = True
-    """Run dcgm-exporter (GPU metrics). Its ServiceMonitor is MonitoringStack's, never the chart's."""
-    nfd_enabled: bool = True
-    """Deploy Node Feature Discovery; false where NFD already runs in the cluster."""
-    upgrade_crd: bool = True
+    """Share each GPU between pods (needs mig.strategy none or single); unset advertises whole
+    GPUs only."""
+
+
+class Mig(Settings):
+    """How MIG devices are advertised."""
+
+    strategy: Annotated[MigStrategy, choice(MIG_STRATEGIES)] = "single"
+    """none, single (as nvidia.com/gpu) or mixed (one resource per MIG profile)."""
+
+
+class OperatorOptions(Settings):
+    """The operator itself."""
+
+    upgrade_crd: Annotated[bool, BOOL] = Field(default=True, alias="upgradeCRD")
     """Upgrade the chart's CRDs from a pre-upgrade hook on `helm upgrade`."""
-    values: Mapping[str, Any] = field(default_factory=dict)
-    """Free-form chart values deep-merged last, over everything above."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class GpuOperatorArgs(GpuOperatorChart):
-    """Inputs of GpuOperator: the chart settings, plus the cluster and the pool's taint."""
+class GpuOperatorSettings(Settings):
+    """The NVIDIA GPU Operator Helm release (the stack config's gpuOperator)."""
 
-    access: ClusterAccess
+    enabled: Annotated[bool, BOOL] = False
+    """Build the GpuOperator layer (needs a reachable chart repository)."""
+    namespace: Annotated[str, NAMESPACE] = "gpu-operator"
+    """The operator's own namespace (created here, so no other layer's)."""
+    repository: Annotated[str, HELM_REPOSITORY] = DEFAULT_REPOSITORY
+    """Helm repository URL of the chart."""
+    version: Annotated[str, chart_version(DEFAULT_VERSION)] = DEFAULT_VERSION
+    """Chart version (pinned)."""
+    driver: Switch = Field(default_factory=Switch)
+    """The NVIDIA driver as a container; enabled false where drivers are preinstalled."""
+    toolkit: Toolkit = Field(default_factory=Toolkit)
+    """The NVIDIA Container Toolkit and its environment."""
+    device_plugin: DevicePlugin = Field(default_factory=DevicePlugin)
+    """The device plugin: optional time-slicing."""
+    mig: Mig = Field(default_factory=Mig)
+    """MIG strategy."""
+    mig_manager: Switch = Field(default_factory=Switch)
+    """The MIG manager (applies MIG layouts from the nvidia.com/mig.config node label)."""
+    dcgm_exporter: Switch = Field(default_factory=Switch)
+    """dcgm-exporter (GPU metrics). Its ServiceMonitor is MonitoringStack's, never the chart's."""
+    nfd: Switch = Field(default_factory=Switch)
+    """Node Feature Discovery; enabled false where NFD already runs in the cluster."""
+    operator: OperatorOptions = Field(default_factory=OperatorOptions)
+    """The operator's own options."""
+    values: Annotated[dict[str, Any], free_values()] = Field(default_factory=dict)
+    """Free-form chart values, deep-merged last over everything above.
+    dcgmExporter.serviceMonitor.enabled true is rejected while monitoring is enabled."""
+
+    @model_validator(mode="after")
+    def _time_slicing_needs_one_gpu_resource(self) -> Self:
+        if self.device_plugin.time_slicing is not None and self.mig.strategy == "mixed":
+            raise problem(
+                "time-slicing shares nvidia.com/gpu, which needs mig.strategy none or single",
+                at=".mig.strategy",
+                value=self.mig.strategy,
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _one_dcgm_service_monitor(self, info: ValidationInfo) -> Self:
+        """MonitoringStack owns the only dcgm-exporter ServiceMonitor; the chart's stays off."""
+        chart_monitor = self.values.get("dcgmExporter", {})
+        chart_monitor = (
+            chart_monitor.get("serviceMonitor", {}) if isinstance(chart_monitor, Mapping) else {}
+        )
+        enabled = chart_monitor.get("enabled") if isinstance(chart_monitor, Mapping) else None
+        if enabled is True and context_value(info, "monitoring_enabled"):
+            raise problem(
+                "MonitoringStack already creates the one ServiceMonitor for dcgm-exporter; "
+                "leave this unset",
+                at=".values.dcgmExporter.serviceMonitor.enabled",
+                value=enabled,
+            )
+        return self
+
+
+class GpuOperatorArgs(GpuOperatorSettings):
+    """Inputs of GpuOperator: its settings, plus the cluster and the pool's taint."""
+
+    access: Annotated[ClusterAccess, Runtime()]
     """Cluster provider."""
-    taint: pulumi.Input[Mapping[str, str]]
+    taint: Annotated[pulumi.Output[dict[str, str]] | Mapping[str, str], Runtime()]
     """The GPU pool's taint {key, value, effect} (TaintedGpuPool.taint); tolerations come from it."""
-
-    @classmethod
-    def of(
-        cls,
-        chart: GpuOperatorChart,
-        *,
-        access: ClusterAccess,
-        taint: pulumi.Input[Mapping[str, str]],
-    ) -> GpuOperatorArgs:
-        """Args carrying every setting of `chart` (e.g. the stack config's gpuOperator)."""
-        settings = {f.name: getattr(chart, f.name) for f in fields(GpuOperatorChart)}
-        return cls(access=access, taint=taint, **settings)
 
 
 def operator_values(
@@ -153,23 +237,23 @@ def operator_values(
             "default": TIME_SLICING_KEY,
         }
     typed: dict[str, Any] = {
-        "operator": {"upgradeCRD": args.upgrade_crd},
+        "operator": {"upgradeCRD": args.operator.upgrade_crd},
         # Every operand daemonset runs on the GPU nodes, so it tolerates their taint.
         "daemonsets": {"tolerations": tolerations},
-        "driver": {"enabled": args.driver_enabled},
+        "driver": {"enabled": args.driver.enabled},
         "toolkit": {
-            "enabled": args.toolkit_enabled,
-            "env": [{"name": k, "value": str(v)} for k, v in args.toolkit_env.items()],
+            "enabled": args.toolkit.enabled,
+            "env": [{"name": k, "value": v} for k, v in args.toolkit.env.items()],
         },
         "devicePlugin": device_plugin,
-        "mig": {"strategy": args.mig_strategy},
-        "migManager": {"enabled": args.mig_manager_enabled},
-        # The ServiceMonitor for dcgm-exporter belongs to MonitoringStack (see README).
+        "mig": {"strategy": args.mig.strategy},
+        "migManager": {"enabled": args.mig_manager.enabled},
+        # The ServiceMonitor for dcgm-exporter belongs to MonitoringStack (monitoring_stack.py).
         "dcgmExporter": {
-            "enabled": args.dcgm_exporter_enabled,
+            "enabled": args.dcgm_exporter.enabled,
             "serviceMonitor": {"enabled": False},
         },
-        "nfd": {"enabled": args.nfd_enabled},
+        "nfd": {"enabled": args.nfd.enabled},
         "node-feature-discovery": {"worker": {"tolerations": tolerations}},
     }
     return deep_merge(typed, args.values)
@@ -213,8 +297,11 @@ class GpuOperator(pulumi.ComponentResource):
         namespace_name = namespace.metadata.apply(lambda m: str(m["name"]))
 
         config_name: pulumi.Output[str | None] = pulumi.Output.from_input(None)
-        if args.time_slicing is not None:
-            document = yaml.safe_dump(args.time_slicing.config(args.mig_strategy), sort_keys=False)
+        time_slicing_settings = args.device_plugin.time_slicing
+        if time_slicing_settings is not None:
+            document = yaml.safe_dump(
+                time_slicing_settings.config(args.mig.strategy), sort_keys=False
+            )
             time_slicing = k8s.core.v1.ConfigMap(
                 f"{name}-time-slicing",
                 metadata={"name": "time-slicing-config", "namespace": namespace_name},
@@ -250,7 +337,7 @@ class GpuOperator(pulumi.ComponentResource):
         self.values = values
         self.dcgm_target = (
             DcgmTarget(namespace=status.apply(lambda s: str(s.namespace)))
-            if args.dcgm_exporter_enabled
+            if args.dcgm_exporter.enabled
             else None
         )
         self.register_outputs(

@@ -6,26 +6,47 @@
 - Grafana's admin password comes from a Pulumi secret, stored in a Kubernetes Secret the chart
   reads (`grafana.admin.existingSecret`), or from a Secret that already exists; never the chart
   default. Grafana's sidecar loads dashboards from ConfigMaps labelled grafana_dashboard=1.
-- The one ServiceMonitor that scrapes dcgm-exporter lives here, not in the GPU Operator chart:
-  its CRD arrives with this release, so it is created after the release.
-- components/dashboards/gpu.json and components/alerts/gpu.rules.yaml are deployed as they are;
-  the tests parse every PromQL expression in them with Prometheus' parser and run promtool.
+- The GPU dashboard (components/dashboards/gpu.json): utilisation and framebuffer memory per node
+  and per namespace/pod, allocated vs allocatable GPUs per node, free GPUs per node
+  (fragmentation at a glance), temperature, power and XID errors. The PrometheusRule gpu-alerts
+  (components/alerts/gpu.rules.yaml): XID error, GPU above 85 C for 5 minutes, a GPU pod Pending
+  for 10 minutes, a node with GPU capacity but 0 allocatable for 5 minutes (device plugin down).
+  Both are deployed as they are; the tests parse every PromQL expression in them with
+  Prometheus' parser and run promtool.
+- Exactly one ServiceMonitor scrapes dcgm-exporter, and it is this one, not the GPU Operator
+  chart's (forced off there; config turning it on while monitoring is enabled is rejected): its
+  CRD arrives with this release, so it is created after the release, and it needs honorLabels,
+  the node from the pod's node name and the misleading Hostname label dropped (dcgm_endpoint).
+  Its target namespace comes from the operator's release status.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Self
 
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
+from pydantic import Field, ValidationInfo, model_validator
 
 from components.cluster_access import ClusterAccess
 from components.gpu_operator import DcgmTarget, deep_merge
+from components.settings import (
+    BOOL,
+    HELM_REPOSITORY,
+    NAMESPACE,
+    PROMETHEUS_DURATION,
+    Runtime,
+    Settings,
+    chart_version,
+    context_value,
+    free_values,
+    is_dns1123_subdomain,
+    problem,
+    text,
+)
 
 TOKEN = "gpu-cluster:index:MonitoringStack"
 
@@ -75,35 +96,70 @@ def dcgm_endpoint(port: str, interval: str) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True, kw_only=True)
-class MonitoringStackArgs:
-    """Inputs of MonitoringStack. Exactly one of the two Grafana password sources is set."""
+SECRET_NAME = text(is_dns1123_subdomain, "expected a Secret name (DNS-1123 subdomain)")
 
-    access: ClusterAccess
-    """Cluster provider."""
-    grafana_admin_password: pulumi.Input[str] | None = None
-    """Grafana admin password (a Pulumi secret); stored in a Secret the chart reads."""
-    grafana_admin_secret: str | None = None
-    """Name of an existing Secret in `namespace` with keys admin-user and admin-password."""
-    dcgm: DcgmTarget | None = None
-    """dcgm-exporter to scrape (GpuOperator.dcgm_target); None: no GPU metrics to scrape."""
-    namespace: str = "monitoring"
-    """The stack's namespace (created here)."""
-    repository: str = DEFAULT_REPOSITORY
+
+class MonitoringStackSettings(Settings):
+    """kube-prometheus-stack, DCGM scraping, the GPU dashboard and alerts (the stack config's
+    monitoring). Grafana's admin password is the top-level secret key grafanaAdminPassword."""
+
+    enabled: Annotated[bool, BOOL] = False
+    """Build the MonitoringStack layer (needs a reachable chart repository)."""
+    namespace: Annotated[str, NAMESPACE] = "monitoring"
+    """The stack's namespace (created here, so no other layer's)."""
+    repository: Annotated[str, HELM_REPOSITORY] = DEFAULT_REPOSITORY
     """Helm repository URL of kube-prometheus-stack."""
-    version: str = DEFAULT_VERSION
+    version: Annotated[str, chart_version(DEFAULT_VERSION)] = DEFAULT_VERSION
     """Chart version (pinned)."""
-    dcgm_scrape_interval: str = "15s"
+    grafana_admin_secret: Annotated[str, SECRET_NAME] | None = None
+    """Name of an existing Secret in `namespace` (keys admin-user, admin-password), instead of
+    grafanaAdminPassword."""
+    dcgm_scrape_interval: Annotated[str, PROMETHEUS_DURATION] = "15s"
     """How often dcgm-exporter is scraped."""
-    values: Mapping[str, Any] = field(default_factory=dict)
-    """Free-form chart values deep-merged last."""
+    values: Annotated[dict[str, Any], free_values()] = Field(default_factory=dict)
+    """Free-form chart values, deep-merged last."""
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _one_grafana_password_source(self, info: ValidationInfo) -> Self:
+        password_set = context_value(info, "grafana_password_set")
+        if password_set is None:  # validated on its own: the Args check the pair
+            return self
+        if self.enabled and not password_set and not self.grafana_admin_secret:
+            raise problem(
+                "required when monitoring.enabled is true (pulumi config set --secret "
+                "gpu-cluster:grafanaAdminPassword), unless monitoring.grafanaAdminSecret names "
+                "an existing Secret",
+                key="grafanaAdminPassword",
+                value="",
+            )
+        if password_set and self.grafana_admin_secret:
+            raise problem(
+                "set either grafanaAdminPassword or monitoring.grafanaAdminSecret, not both",
+                at=".grafanaAdminSecret",
+                value=self.grafana_admin_secret,
+            )
+        return self
+
+
+class MonitoringStackArgs(MonitoringStackSettings):
+    """Inputs of MonitoringStack: its settings, the Grafana password and dcgm-exporter's place.
+    Exactly one of the two Grafana password sources is set."""
+
+    access: Annotated[ClusterAccess, Runtime()]
+    """Cluster provider."""
+    grafana_admin_password: Annotated[pulumi.Output[str] | str | None, Runtime()] = None
+    """Grafana admin password (a Pulumi secret); stored in a Secret the chart reads."""
+    dcgm: Annotated[DcgmTarget | None, Runtime()] = None
+    """dcgm-exporter to scrape (GpuOperator.dcgm_target); None: no GPU metrics to scrape."""
+
+    @model_validator(mode="after")
+    def _exactly_one_password_source(self) -> Self:
         if (self.grafana_admin_password is None) == (self.grafana_admin_secret is None):
             raise ValueError(
                 "MonitoringStackArgs: set exactly one of grafana_admin_password (a Pulumi "
                 "secret) or grafana_admin_secret (an existing Secret's name)"
             )
+        return self
 
 
 def stack_values(args: MonitoringStackArgs, grafana_secret: str) -> dict[str, Any]:

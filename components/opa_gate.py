@@ -1,10 +1,16 @@
 """OpaGate: admission control that rejects GPU pods not using the binpack scheduler.
 
-Two engines, one rule and one message:
+It rejects pod CREATEs that request or limit a GPU resource (nvidia.com/gpu, nvidia.com/mig-*,
+and the extended resources this stack advertises) unless spec.schedulerName is the binpack
+scheduler; the message names the pod, the resource and the required scheduler. The scheduler
+name and resource names are data handed over from the layers that own them, never written into
+the policy source. Two engines, one rule and one message:
 - `opa`: OPA 1.x behind a ValidatingWebhookConfiguration, with the Rego v1 policies from
   policies/ loaded at start-up from a mounted ConfigMap (GPU resource names and scheduler
   name reach them as data); nothing pushes policies at run time, so a restarted OPA is
-  ready as soon as it has read its files;
+  ready as soon as it has read its files. A CA and serving certificate from pulumi-tls (kept
+  in state, renewed in the last 30 days of the serving certificate). Only pods that request a
+  gated resource are sent to OPA (matchConditions).
 - `validating-admission-policy`: a native ValidatingAdmissionPolicy (CEL, GA since 1.30)
   with the same data written into its CEL; no webhook server at all.
 
@@ -14,6 +20,12 @@ The module-level functions build what both the component and the live tests crea
 Either way kube-system and the gate's own namespace are excluded by name (the immutable
 kubernetes.io/metadata.name label), so the gate can never stop the cluster from restarting
 the gate itself, and no one who can label a namespace can take it out of the gate.
+
+failurePolicy: `Fail` means no GPU pod is admitted while the gate cannot answer (OPA down,
+timeout), so bin-packing is never bypassed; CPU pods never reach OPA, so an outage does not
+block them. `Ignore` admits GPU pods during an outage, possibly onto the default scheduler.
+The native engine has no server to fail, so its failure policy only matters for CEL
+evaluation errors.
 """
 
 from __future__ import annotations
@@ -22,15 +34,16 @@ import base64
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_tls as tls
+from pydantic import Field
 
 from components.cluster_access import ClusterAccess
+from components.settings import BOOL, Runtime, Settings, between, choice
 
 TOKEN = "gpu-cluster:index:OpaGate"
 
@@ -350,31 +363,38 @@ def admission_policy_binding_spec(
     }
 
 
-@dataclass(frozen=True, kw_only=True)
-class OpaGateArgs:
-    """Inputs of OpaGate."""
+class OpaGateSettings(Settings):
+    """The gate that keeps GPU pods on the binpack scheduler (the stack config's admission)."""
 
-    access: ClusterAccess
-    """Cluster provider."""
-    scheduler_name: pulumi.Input[str]
-    """The schedulerName GPU pods must use (BinpackScheduler's output)."""
-    gpu_resources: pulumi.Input[Sequence[str]] = ()
-    """Extra exact resource names to gate (e.g. advertised extended resources)."""
-    gpu_resource_prefixes: Sequence[str] = ()
-    """Extra resource name prefixes to gate (nvidia.com/mig- is always gated)."""
-    engine: AdmissionEngine = "opa"
-    """`opa` (webhook) or `validating-admission-policy` (native CEL)."""
-    failure_policy: FailurePolicy = "Fail"
-    """What the API server does when the gate cannot answer."""
-    timeout_seconds: int = 5
-    """Webhook timeout (1..30)."""
-    namespace: str = "gpu-admission"
-    """The gate's own namespace (created, and excluded from the gate)."""
-    replicas: int = 2
+    engine: Annotated[AdmissionEngine, choice(ADMISSION_ENGINES)] = "opa"
+    """`opa` (webhook) or `validating-admission-policy` (native CEL, no webhook server)."""
+    failure_policy: Annotated[FailurePolicy, choice(FAILURE_POLICIES)] = "Fail"
+    """Fail: a GPU pod is refused while the gate cannot answer. Ignore: it is admitted."""
+    timeout_seconds: Annotated[int, between(1, 30)] = 5
+    """Webhook timeout in seconds (the API server allows 1-30)."""
+    replicas: Annotated[int, between(1, 5)] = 2
     """OPA replicas (engine opa)."""
-    opa_image: str = "openpolicyagent/opa:1.22.2"
+    gate_extended_resources: Annotated[bool, BOOL] = True
+    """Also gate the extended resources this stack advertises (extendedResources)."""
+
+
+class OpaGateArgs(OpaGateSettings):
+    """Inputs of OpaGate: its settings plus the scheduler's name and what to gate."""
+
+    access: Annotated[ClusterAccess, Runtime()]
+    """Cluster provider."""
+    scheduler_name: Annotated[pulumi.Output[str] | str, Runtime()]
+    """The schedulerName GPU pods must use (BinpackScheduler's output)."""
+    gpu_resources: Annotated[pulumi.Output[list[str]] | Sequence[str], Runtime()] = ()
+    """Advertised extended resources (ExtendedResourceNode's outputs); gated when
+    gate_extended_resources is true."""
+    gpu_resource_prefixes: Annotated[Sequence[str], Runtime()] = ()
+    """Extra resource name prefixes to gate (nvidia.com/mig- is always gated)."""
+    namespace: Annotated[str, Runtime()] = DEFAULT_GATE_NAMESPACE
+    """The gate's own namespace (created, and excluded from the gate)."""
+    opa_image: Annotated[str, Runtime()] = "openpolicyagent/opa:1.22.2"
     """OPA 1.x image."""
-    policies: Mapping[str, str] = field(default_factory=load_policies)
+    policies: Annotated[Mapping[str, str], Runtime()] = Field(default_factory=load_policies)
     """{name: Rego source}; defaults to policies/*.rego without tests."""
 
 
@@ -409,7 +429,8 @@ class OpaGate(pulumi.ComponentResource):
             metadata={"name": args.namespace, "labels": self._labels},
             opts=self._child,
         )
-        config = pulumi.Output.all(args.scheduler_name, args.gpu_resources).apply(
+        gated = args.gpu_resources if args.gate_extended_resources else ()
+        config = pulumi.Output.all(args.scheduler_name, gated).apply(
             lambda v: gate_data(v[0], v[1], args.gpu_resource_prefixes)
         )
         exclusions: list[pulumi.Resource] = [namespace]

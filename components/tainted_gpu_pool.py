@@ -1,32 +1,52 @@
-"""TaintedGpuPool: taint and label the GPU nodes so only GPU pods land there."""
+"""TaintedGpuPool: taint and label the GPU nodes so only GPU pods land there.
+
+One dynamic resource per (node, taint) (components/providers/node_taint.py) edits only its own
+entry of spec.taints, so the taints Kubernetes manages stay, and a taint that was there before
+is put back by destroy. Labels are a map, so a NodePatch applies them server-side and owns just
+those keys. The nodes, the taint, its toleration and the labels are outputs: later layers take
+them from here, never from config.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, get_args
 
 import pulumi
 import pulumi_kubernetes as k8s
+from pydantic import Field
 
 from components.cluster_access import ClusterAccess
 from components.providers.node_taint import NodeTaint
+from components.settings import (
+    LABEL_KEY,
+    LABEL_VALUE,
+    QUALIFIED_NAME,
+    NodeRefs,
+    Runtime,
+    Settings,
+    choice,
+    is_label_value,
+    text,
+)
 
 TOKEN = "gpu-cluster:index:TaintedGpuPool"
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 TAINT_EFFECTS: tuple[TaintEffect, ...] = get_args(TaintEffect)
+DEFAULT_LABELS: Mapping[str, str] = {"gpu-cluster.io/pool": "gpu"}
 
 
-@dataclass(frozen=True, kw_only=True)
-class Taint:
+class Taint(Settings):
     """A node taint; the default is the one the GPU Operator's daemonsets tolerate."""
 
-    key: str = "nvidia.com/gpu"
+    key: Annotated[str, QUALIFIED_NAME] = "nvidia.com/gpu"
     """Taint key (a qualified name)."""
-    value: str = "present"
+    value: Annotated[str, text(is_label_value, "expected <= 63 alphanumerics, '-', '_' or '.'")] = (
+        "present"
+    )
     """Taint value (may be empty)."""
-    effect: TaintEffect = "NoSchedule"
+    effect: Annotated[TaintEffect, choice(TAINT_EFFECTS)] = "NoSchedule"
     """NoSchedule, PreferNoSchedule or NoExecute."""
 
     def as_dict(self) -> dict[str, str]:
@@ -37,18 +57,24 @@ class Taint:
         return {"key": self.key, "operator": "Equal", "value": self.value, "effect": self.effect}
 
 
-@dataclass(frozen=True, kw_only=True)
-class TaintedGpuPoolArgs:
-    """Inputs of TaintedGpuPool."""
+class TaintedGpuPoolSettings(Settings):
+    """The GPU nodes, their taint and labels (the stack config's gpuPool)."""
 
-    access: ClusterAccess
+    nodes: NodeRefs = ()
+    """Names of the GPU nodes, each in the inventory (gpu-cluster:nodes)."""
+    taint: Taint = Field(default_factory=Taint)
+    """Taint put on every GPU node; other taints on the node are left alone."""
+    labels: dict[Annotated[str, LABEL_KEY], Annotated[str, LABEL_VALUE]] = Field(
+        default_factory=lambda: dict(DEFAULT_LABELS)
+    )
+    """Labels put on every GPU node (server-side apply; destroy removes only these)."""
+
+
+class TaintedGpuPoolArgs(TaintedGpuPoolSettings):
+    """Inputs of TaintedGpuPool: its settings plus the cluster access."""
+
+    access: Annotated[ClusterAccess, Runtime()]
     """Cluster credentials and provider."""
-    nodes: Sequence[str]
-    """GPU node names."""
-    taint: Taint = field(default_factory=Taint)
-    """Taint put on each node (other taints on the node are left alone)."""
-    labels: Mapping[str, str] = field(default_factory=dict)
-    """Labels put on each node (server-side apply; destroy removes only these)."""
 
 
 class TaintedGpuPool(pulumi.ComponentResource):

@@ -155,12 +155,12 @@ def test_binpack_scheduler_deployment_waits_for_its_rbac() -> None:
 
 def test_binpack_scheduler_config_change_rolls_the_pods() -> None:
     first = _deployment(_make_scheduler())["spec"]["template"]["metadata"]["annotations"]
-    second = _deployment(
-        _make_scheduler(profile=SchedulerProfile(percentage_of_nodes_to_score=50))
-    )["spec"]["template"]["metadata"]["annotations"]
+    second = _deployment(_make_scheduler(percentage_of_nodes_to_score=50))["spec"]["template"][
+        "metadata"
+    ]["annotations"]
     assert first["gpu-cluster.io/config-sha256"] != second["gpu-cluster.io/config-sha256"]
 
 
 def test_binpack_scheduler_outputs_its_name() -> None:
-    _make_scheduler(profile=SchedulerProfile(scheduler_name="gpu-pack"))
+    _make_scheduler(name="gpu-pack")
     assert captured["name"] == "gpu-pack"

@@ -16,7 +16,7 @@ from components import (
     TaintedGpuPoolArgs,
     TimeSlicing,
 )
-from components.gpu_operator import DEFAULT_REPOSITORY, DEFAULT_VERSION, deep_merge
+from components.gpu_operator import DEFAULT_REPOSITORY, DEFAULT_VERSION, Switch, deep_merge
 from tests.conftest import Recording, Registration, register
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -30,7 +30,7 @@ def _make_gpu_operator(taint: Taint | None = None, **overrides: Any) -> Recordin
         access = ClusterAccess.create("cluster", "apiVersion: v1\nkind: Config\n", None)
         pool = TaintedGpuPool(
             "pool",
-            TaintedGpuPoolArgs(access=access, nodes=["gpu-1", "gpu-2"], taint=taint or Taint()),
+            TaintedGpuPoolArgs(access=access, nodes=("gpu-1", "gpu-2"), taint=taint or Taint()),
         )
         GpuOperator("op", GpuOperatorArgs(access=access, taint=pool.taint, **overrides))
 
@@ -85,7 +85,7 @@ def test_gpu_operator_version_and_repository_follow_args() -> None:
 
 
 def test_gpu_operator_driver_and_toolkit_switches_reach_the_chart() -> None:
-    values = _values(_make_gpu_operator(driver_enabled=False, toolkit_enabled=False))
+    values = _values(_make_gpu_operator(driver={"enabled": False}, toolkit={"enabled": False}))
     assert values["driver"] == {"enabled": False}
     assert values["toolkit"]["enabled"] is False
     values = _values(_make_gpu_operator())
@@ -96,9 +96,11 @@ def test_gpu_operator_driver_and_toolkit_switches_reach_the_chart() -> None:
 def test_gpu_operator_toolkit_env_is_a_list_of_string_values() -> None:
     values = _values(
         _make_gpu_operator(
-            toolkit_env={
-                "CONTAINERD_CONFIG": "/etc/containerd/config.toml",
-                "CONTAINERD_SET_AS_DEFAULT": "true",
+            toolkit={
+                "env": {
+                    "CONTAINERD_CONFIG": "/etc/containerd/config.toml",
+                    "CONTAINERD_SET_AS_DEFAULT": "true",
+                }
             }
         )
     )
@@ -127,7 +129,9 @@ def test_gpu_operator_without_time_slicing_has_no_device_plugin_config() -> None
 
 
 def test_gpu_operator_time_slicing_config_map_is_named_in_the_values() -> None:
-    recording = _make_gpu_operator(time_slicing=TimeSlicing(replicas=4), mig_strategy="none")
+    recording = _make_gpu_operator(
+        device_plugin={"time_slicing": TimeSlicing(replicas=4)}, mig={"strategy": "none"}
+    )
     (config_map,) = recording.of_type("kubernetes:core/v1:ConfigMap")
     document = yaml.safe_load(config_map.inputs["data"]["any"])
     assert document["flags"] == {"migStrategy": "none"}
@@ -146,11 +150,11 @@ def test_gpu_operator_time_slicing_config_map_is_named_in_the_values() -> None:
 def test_gpu_operator_mig_dcgm_nfd_and_crd_upgrade_values() -> None:
     values = _values(
         _make_gpu_operator(
-            mig_strategy="mixed",
-            mig_manager_enabled=False,
-            dcgm_exporter_enabled=False,
-            nfd_enabled=False,
-            upgrade_crd=False,
+            mig={"strategy": "mixed"},
+            mig_manager={"enabled": False},
+            dcgm_exporter={"enabled": False},
+            nfd={"enabled": False},
+            operator={"upgradeCRD": False},
         )
     )
     assert values["mig"] == {"strategy": "mixed"}
@@ -168,7 +172,7 @@ def test_gpu_operator_never_enables_the_charts_dcgm_service_monitor() -> None:
 def test_gpu_operator_free_form_values_are_merged_last() -> None:
     values = _values(
         _make_gpu_operator(
-            driver_enabled=True,
+            driver={"enabled": True},
             values={
                 "driver": {"version": "580.95.05"},
                 "toolkit": {"enabled": False},
@@ -188,7 +192,9 @@ def test_gpu_operator_dcgm_target_follows_the_switch() -> None:
         access = ClusterAccess.create("cluster", "apiVersion: v1\nkind: Config\n", None)
         op = GpuOperator(
             "op",
-            GpuOperatorArgs(access=access, taint=Taint().as_dict(), dcgm_exporter_enabled=enabled),
+            GpuOperatorArgs(
+                access=access, taint=Taint().as_dict(), dcgm_exporter=Switch(enabled=enabled)
+            ),
         )
         targets.append(op.dcgm_target)
 

@@ -109,6 +109,14 @@ def test_main_bad_config_declares_nothing() -> None:
     assert recording.resources == []
 
 
+def test_main_refuses_kubeconfig_content_set_without_secret_before_declaring_anything() -> None:
+    recording = Recording()
+    content = "apiVersion: v1\nkind: Config\ncurrent-context: other-cluster\n"
+    with pytest.raises(ConfigError, match=r"kubeconfig: got '\[plain text, not shown\]'"):
+        run_program("dev", {"kubeconfig": content}, recording)
+    assert recording.resources == []
+
+
 def test_main_gate_takes_scheduler_name_and_advertised_resources_from_their_layers() -> None:
     recording = run_program("dev")
     (policy,) = recording.of_type(

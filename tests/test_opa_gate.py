@@ -6,7 +6,6 @@ tests/integration/test_opa_gate_live.py proves both engines against a real kube-
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 from typing import Any
 
@@ -128,8 +127,7 @@ def test_opa_gate_native_engine_excludes_its_own_namespace() -> None:
 
 def test_opa_gate_spec_functions_default_to_the_components_namespace() -> None:
     # The spec builders' default must be the namespace OpaGate creates by default.
-    (default,) = [f.default for f in dataclasses.fields(OpaGateArgs) if f.name == "namespace"]
-    assert default == DEFAULT_GATE_NAMESPACE
+    assert OpaGateArgs.model_fields["namespace"].default == DEFAULT_GATE_NAMESPACE
     assert namespace_selector(DEFAULT_GATE_NAMESPACE) == BY_NAME
 
 
@@ -192,6 +190,12 @@ def test_opa_gate_config_is_data_not_rego() -> None:
         "gpu_resource_prefixes": ["nvidia.com/mig-"],
     }
     assert not any("gpu-pack" in source for source in load_policies().values())
+
+
+def test_opa_gate_leaves_advertised_resources_ungated_when_told_to() -> None:
+    recording = _make_gate(gate_extended_resources=False)
+    gate = json.loads(_config_maps(recording)["gpu-gate-config"]["data"]["gate.json"])
+    assert gate["gpu_resources"] == ["nvidia.com/gpu"]
 
 
 def test_opa_gate_opa_serves_only_https_with_authorization() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -135,24 +136,22 @@ def test_config_rejects_scheduler_name_that_is_not_a_dns1123_label(name: str) ->
     problems = _problems(scheduler={"name": name})
     assert problems == [
         f"gpu-cluster:scheduler.name: got {name!r}; expected a DNS-1123 label "
-        "(lowercase alphanumerics and '-', <= 63)"
+        "(lowercase alphanumerics and '-', <= 63) other than default-scheduler, which the "
+        "cluster's own kube-scheduler uses"
     ]
 
 
-def test_config_rejects_unknown_top_level_key() -> None:
-    problems = _problems(gpuPools={"nodes": []})
+def test_config_rejects_unknown_top_level_key_without_showing_its_value() -> None:
+    problems = _problems(gpuPools={"nodes": ["secret-looking"]})
     assert len(problems) == 1
-    assert problems[0].startswith(
-        "gpu-cluster:gpuPools: got {'nodes': []}; unknown key; declared keys: "
-    )
+    assert problems[0].startswith("gpu-cluster:gpuPools: unknown key; allowed: kubeconfig, ")
     assert "gpuPool," in problems[0]
+    assert "secret-looking" not in problems[0]
 
 
 def test_config_rejects_unknown_nested_key() -> None:
     problems = _problems(gpuPool={"nodes": ["gpu-1"], "taints": {}})
-    assert problems == [
-        "gpu-cluster:gpuPool.taints: got {}; unknown key; allowed: nodes, taint, labels"
-    ]
+    assert problems == ["gpu-cluster:gpuPool.taints: unknown key; allowed: nodes, taint, labels"]
 
 
 def test_config_rejects_invalid_node_name() -> None:
@@ -173,7 +172,8 @@ def test_config_rejects_invalid_label_value() -> None:
 def test_config_rejects_malformed_kubernetes_version() -> None:
     problems = _problems(kubernetesVersion="1.34")
     assert problems == [
-        "gpu-cluster:kubernetesVersion: got '1.34'; expected vMAJOR.MINOR.PATCH, e.g. v1.37.2"
+        "gpu-cluster:kubernetesVersion: got '1.34'; expected vMAJOR.MINOR.PATCH with major "
+        "version 1, e.g. v1.37.2"
     ]
 
 
@@ -182,6 +182,38 @@ def test_config_warns_on_untested_kubernetes_version() -> None:
     assert config.warnings == (
         "gpu-cluster:kubernetesVersion v1.30.2 is outside the tested range v1.35-v1.37",
     )
+
+
+def test_config_warns_on_a_taint_key_in_a_domain_kubernetes_reserves() -> None:
+    config = _parse(gpuPool={"nodes": ["gpu-1"], "taint": {"key": "node.kubernetes.io/gpu"}})
+    assert config.warnings == (
+        "gpu-cluster:gpuPool.taint.key node.kubernetes.io/gpu is in a domain Kubernetes "
+        "reserves for its own taints; its controllers may act on or remove it",
+    )
+
+
+def test_config_warns_on_an_extended_resource_advertised_as_zero() -> None:
+    config = _parse(extendedResources={"cpu-1": {"example.com/dongle": 0}})
+    assert config.warnings == (
+        "gpu-cluster:extendedResources.cpu-1.example.com/dongle advertises 0; no pod can be "
+        "scheduled with it there",
+    )
+
+
+def test_config_warns_when_time_slicing_renames_gpus_away_from_gate_and_weights() -> None:
+    sharing = {"replicas": 4, "renameByDefault": True}
+    config = _parse(gpuOperator={"enabled": True, "devicePlugin": {"timeSlicing": sharing}})
+    assert config.warnings == (
+        "gpu-cluster:gpuOperator.devicePlugin.timeSlicing.renameByDefault true advertises "
+        "shared GPUs as nvidia.com/gpu.shared, which the admission gate does not gate and "
+        "scheduler.resourceWeights does not weight",
+    )
+
+
+def test_config_stack_files_load_without_warnings() -> None:
+    for stack in ("dev", "prod", "local"):
+        values = {**decode_raw_config(stack_config(stack)), **STACK_SECRETS.get(stack, {})}
+        assert parse_stack_config(values).warnings == ()
 
 
 def test_config_reports_every_problem_together() -> None:
@@ -195,10 +227,11 @@ def test_config_reports_every_problem_together() -> None:
     assert keys == [
         "gpuPool.nodes[0]",
         "gpuPool.taint.effect",
-        "extendedResources.cpu-1.dongle",
+        "extendedResources.cpu-1.dongle",  # not domain/name
+        "extendedResources.cpu-1.dongle",  # and a negative count
         "scheduler.name",
     ]
-    assert "4 problem(s)" in str(excinfo.value)
+    assert "5 problem(s)" in str(excinfo.value)
 
 
 def test_config_decodes_structured_values_from_pulumi_json_text() -> None:
@@ -227,7 +260,7 @@ def test_config_rejects_scheduler_weight_below_one(weight: Any) -> None:
     problems = _problems(scheduler={"resourceWeights": {"nvidia.com/gpu": weight}})
     assert problems == [
         f"gpu-cluster:scheduler.resourceWeights.nvidia.com/gpu: got {weight!r}; "
-        "expected an integer weight >= 1"
+        "expected an integer weight from 1 to 100"
     ]
 
 
@@ -298,11 +331,18 @@ _CP_NODES = [
 _CP_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA-test-only\n-----END OPENSSH PRIVATE KEY-----\n"
 
 
-def _control_plane_problems(sshPrivateKey: str = _CP_KEY, **fields: Any) -> list[str]:
+def _control_plane_problems(
+    sshPrivateKey: str = _CP_KEY, kubernetesVersion: str = "v1.37.2", **fields: Any
+) -> list[str]:
     section = {"enabled": True, "user": "ops", "hosts": ["cp-1"], **fields}
     with pytest.raises(ConfigError) as excinfo:
         parse_stack_config(
-            {"nodes": _CP_NODES, "controlPlane": section, "sshPrivateKey": sshPrivateKey}
+            {
+                "kubernetesVersion": kubernetesVersion,
+                "nodes": _CP_NODES,
+                "controlPlane": section,
+                "sshPrivateKey": sshPrivateKey,
+            }
         )
     return [str(p) for p in excinfo.value.problems]
 
@@ -321,8 +361,8 @@ def test_config_control_plane_key_is_a_pulumi_secret_output() -> None:
             },
         }
     )
-    cp = config.control_plane
-    assert [(h.name, h.address) for h in cp.hosts] == [("cp-1", "10.0.0.11")]
+    cp = config.control_plane_args()
+    assert [(h.name, h.address) for h in cp.control_plane_hosts] == [("cp-1", "10.0.0.11")]
     assert isinstance(cp.ssh.private_key, pulumi.Output)
     assert _CP_KEY not in repr(config)
     loop = asyncio.get_event_loop()  # the loop the Output was created on
@@ -445,29 +485,30 @@ def test_config_helm_layers_are_off_by_default() -> None:
 def test_config_dev_runs_preinstalled_drivers_with_time_slicing() -> None:
     dev = parse_stack_config(decode_raw_config(stack_config("dev")))
     assert dev.gpu_operator.enabled
-    assert (dev.gpu_operator.driver_enabled, dev.gpu_operator.toolkit_enabled) == (False, False)
-    assert dev.gpu_operator.time_slicing is not None
-    assert dev.gpu_operator.time_slicing.replicas == 4
+    assert (dev.gpu_operator.driver.enabled, dev.gpu_operator.toolkit.enabled) == (False, False)
+    time_slicing = dev.gpu_operator.device_plugin.time_slicing
+    assert time_slicing is not None
+    assert time_slicing.replicas == 4
     assert dev.monitoring.enabled
 
 
 def test_config_prod_installs_drivers_and_uses_single_mig() -> None:
     prod = parse_stack_config(decode_raw_config(stack_config("prod")))
-    assert prod.gpu_operator.driver_enabled
-    assert prod.gpu_operator.mig_strategy == "single"
-    assert prod.gpu_operator.toolkit_env["CONTAINERD_SET_AS_DEFAULT"] == "true"
+    assert prod.gpu_operator.driver.enabled
+    assert prod.gpu_operator.mig.strategy == "single"
+    assert prod.gpu_operator.toolkit.env["CONTAINERD_SET_AS_DEFAULT"] == "true"
 
 
 def test_config_toolkit_env_numbers_and_booleans_become_strings() -> None:
     config = _parse(gpuOperator={"toolkit": {"env": {"A": True, "B": 3, "C": "x"}}})
-    assert config.gpu_operator.toolkit_env == {"A": "true", "B": "3", "C": "x"}
+    assert config.gpu_operator.toolkit.env == {"A": "true", "B": "3", "C": "x"}
 
 
 def test_config_grafana_password_becomes_a_pulumi_secret() -> None:
     config = _parse(monitoring={"enabled": True}, grafanaAdminPassword="pw-1")
-    password = config.monitoring.grafana_admin_password
+    password = config.grafana_admin_password
     assert isinstance(password, pulumi.Output)
-    assert "pw-1" not in repr(config.monitoring)
+    assert "pw-1" not in repr(config)
     loop = asyncio.get_event_loop()  # the loop the Output was created on
     assert loop.run_until_complete(password.is_secret())
     assert loop.run_until_complete(password.future()) == "pw-1"
@@ -515,7 +556,9 @@ def test_config_rejects_toolkit_env_value_that_is_an_object() -> None:
     ]
 
 
-@pytest.mark.parametrize("version", ["latest", "26.3", ">=v26.0.0", ""])
+@pytest.mark.parametrize(
+    "version", ["latest", "26.3", ">=v26.0.0", "", "v26.03.3", "26.3.3-", "v26.3.\u0663"]
+)
 def test_config_rejects_unpinned_gpu_operator_version(version: str) -> None:
     problems = _problems(gpuOperator={"version": version})
     assert problems == [
@@ -536,7 +579,35 @@ def test_config_rejects_gpu_operator_namespace_that_is_not_a_label() -> None:
     problems = _problems(gpuOperator={"namespace": "GPU_Operator"})
     assert problems == [
         "gpu-cluster:gpuOperator.namespace: got 'GPU_Operator'; "
-        "expected a namespace name (DNS-1123 label)"
+        "expected a namespace name (DNS-1123 label) for the layer to create, not one every "
+        "cluster already has (default, kube-system, kube-public, kube-node-lease)"
+    ]
+
+
+@pytest.mark.parametrize("namespace", ["kube-system", "default"])
+def test_config_rejects_a_built_in_namespace_for_a_layer_that_creates_its_own(
+    namespace: str,
+) -> None:
+    (problem,) = _problems(monitoring={"namespace": namespace})
+    assert problem.startswith(f"gpu-cluster:monitoring.namespace: got {namespace!r}; ")
+
+
+def test_config_rejects_two_layers_in_one_namespace() -> None:
+    problems = _problems(
+        gpuOperator={"enabled": True, "namespace": "gpu"},
+        monitoring={"enabled": True, "namespace": "gpu", "grafanaAdminSecret": "grafana-admin"},
+    )
+    assert problems == [
+        "gpu-cluster:monitoring.namespace: got 'gpu'; already the namespace of gpuOperator; "
+        "each layer creates its own namespace"
+    ]
+
+
+def test_config_rejects_the_admission_gates_namespace_for_another_layer() -> None:
+    problems = _problems(gpuOperator={"enabled": True, "namespace": "gpu-admission"})
+    assert problems == [
+        "gpu-cluster:gpuOperator.namespace: got 'gpu-admission'; already the admission gate's "
+        "namespace; each layer creates its own namespace"
     ]
 
 
@@ -548,9 +619,7 @@ def test_config_rejects_non_boolean_driver_switch() -> None:
 def test_config_rejects_unknown_gpu_operator_key() -> None:
     problems = _problems(gpuOperator={"drivers": {"enabled": False}})
     assert len(problems) == 1
-    assert problems[0].startswith(
-        "gpu-cluster:gpuOperator.drivers: got {'enabled': False}; unknown key; allowed: enabled,"
-    )
+    assert problems[0].startswith("gpu-cluster:gpuOperator.drivers: unknown key; allowed: enabled,")
 
 
 def test_config_rejects_gpu_operator_values_that_are_not_an_object() -> None:
@@ -643,4 +712,192 @@ def test_config_accepts_grafana_password_stored_encrypted() -> None:
         {"monitoring": {"enabled": True}, "grafanaAdminPassword": "pw-5"},
         secret_keys={"grafanaAdminPassword"},
     )
-    assert config.monitoring.grafana_admin_password is not None
+    assert config.grafana_admin_password is not None
+
+
+# --------------------------------------------------------------------------- values that load
+# today in other tools and break the cluster later: each class has its rejection
+
+
+def test_config_rejects_kubeconfig_path_that_does_not_exist(tmp_path: Path) -> None:
+    missing = str(tmp_path / "admin.conf")
+    problems = _problems(kubeconfig=missing)
+    assert problems == [
+        f"gpu-cluster:kubeconfig: got {missing!r}; no such file; expected the path of a "
+        "kubeconfig file, or empty for $KUBECONFIG or ~/.kube/config"
+    ]
+
+
+def test_config_accepts_kubeconfig_path_that_exists(tmp_path: Path) -> None:
+    path = tmp_path / "admin.conf"
+    path.write_text("apiVersion: v1\nkind: Config\n")
+    assert _parse(kubeconfig=str(path)).kubernetes.kubeconfig == str(path)
+
+
+def test_config_rejects_kubeconfig_file_that_is_not_a_kubeconfig(tmp_path: Path) -> None:
+    path = tmp_path / "admin.conf"
+    path.write_text("clusters: [unclosed\n")
+    problems = _problems(kubeconfig=str(path))
+    assert problems == [
+        f"gpu-cluster:kubeconfig: got {str(path)!r}; expected a kubeconfig (a YAML object with "
+        "clusters, contexts, users)"
+    ]
+
+
+def test_config_rejects_kube_context_missing_from_the_given_kubeconfig(tmp_path: Path) -> None:
+    path = tmp_path / "admin.conf"
+    path.write_text("apiVersion: v1\nkind: Config\ncontexts:\n- name: lab\n  context: {}\n")
+    assert _parse(kubeconfig=str(path), kubeContext="lab").kubernetes.context == "lab"
+    problems = _problems(kubeconfig=str(path), kubeContext="prod")
+    assert problems == [
+        "gpu-cluster:kubeContext: got 'prod'; no context of that name in the kubeconfig that "
+        "gpu-cluster:kubeconfig gives"
+    ]
+
+
+def test_config_rejects_kubeconfig_content_in_plain_text_without_showing_it() -> None:
+    content = "apiVersion: v1\nkind: Config\nusers:\n- name: admin\n  user: {token: t0ps3cret}\n"
+    with pytest.raises(ConfigError) as excinfo:
+        parse_stack_config({"kubeconfig": content}, secret_keys=set())
+    assert [str(p) for p in excinfo.value.problems] == [
+        "gpu-cluster:kubeconfig: got '[plain text, not shown]'; kubeconfig content must be "
+        "stored encrypted: pulumi config set --secret gpu-cluster:kubeconfig < kubeconfig"
+    ]
+    assert "t0ps3cret" not in str(excinfo.value)
+
+
+def test_config_accepts_kubeconfig_content_stored_encrypted() -> None:
+    content = "apiVersion: v1\nkind: Config\n"
+    config = parse_stack_config({"kubeconfig": content}, secret_keys={"kubeconfig"})
+    assert config.kubernetes.kubeconfig == content
+
+
+def test_config_never_shows_a_value_stored_as_a_secret() -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        parse_stack_config(
+            {"kubeconfig": "/nonexistent/t0ps3cret", "kubeContext": 7},
+            secret_keys={"kubeconfig", "kubeContext"},
+        )
+    assert [str(p) for p in excinfo.value.problems] == [
+        "gpu-cluster:kubeconfig: got '[secret, not shown]'; no such file; expected the path of "
+        "a kubeconfig file, or empty for $KUBECONFIG or ~/.kube/config",
+        "gpu-cluster:kubeContext: got '[secret, not shown]'; expected a string",
+    ]
+
+
+def test_config_never_shows_the_value_of_a_mistyped_nested_key() -> None:
+    problems = _control_plane_problems(sshPrivatekey=_CP_KEY)
+    assert problems == [
+        "gpu-cluster:controlPlane.sshPrivatekey: unknown key; allowed: enabled, user, port, "
+        "sshAgent, hosts, kubeletHosts, admissionPlugins, featureGates, readyTimeoutSeconds, "
+        "persistKubeadmConfig"
+    ]
+
+
+@pytest.mark.parametrize("weight", [101, 1000])
+def test_config_rejects_scheduler_weight_above_kube_scheduler_maximum(weight: int) -> None:
+    problems = _problems(scheduler={"resourceWeights": {"nvidia.com/gpu": weight}})
+    assert problems == [
+        f"gpu-cluster:scheduler.resourceWeights.nvidia.com/gpu: got {weight}; "
+        "expected an integer weight from 1 to 100"
+    ]
+
+
+def test_config_rejects_default_scheduler_as_the_binpack_scheduler_name() -> None:
+    (problem,) = _problems(scheduler={"name": "default-scheduler"})
+    assert problem.startswith("gpu-cluster:scheduler.name: got 'default-scheduler'; ")
+    assert "other than default-scheduler" in problem
+
+
+@pytest.mark.parametrize("name", ["gpu", "nvidia_gpu", "GPU", "requests.cpu", "nvidia.com/"])
+def test_config_rejects_weight_for_a_resource_no_pod_can_request(name: str) -> None:
+    problems = _problems(scheduler={"resourceWeights": {"nvidia.com/gpu": 100, name: 1}})
+    assert problems == [
+        f"gpu-cluster:scheduler.resourceWeights.{name}: got {name!r}; expected a resource a "
+        "pod can request: cpu, memory, ephemeral-storage, hugepages-<size> or domain/name "
+        "(e.g. nvidia.com/gpu)"
+    ]
+
+
+@pytest.mark.parametrize(
+    "weights", [{"cpu": 1, "memory": 1}, {"example.com/dongle": 100, "cpu": 1}]
+)
+def test_config_rejects_weights_without_any_gpu_resource(weights: dict[str, int]) -> None:
+    problems = _problems(scheduler={"resourceWeights": weights})
+    assert problems == [
+        f"gpu-cluster:scheduler.resourceWeights: got {weights!r}; expected at least one GPU "
+        "resource (a device plugin's: nvidia.com/..., amd.com/..., gpu.intel.com/..., e.g. "
+        "nvidia.com/gpu); without one the profile does not bin-pack GPU pods"
+    ]
+
+
+def test_config_accepts_weights_for_native_and_extended_resources() -> None:
+    weights = {"nvidia.com/mig-1g.10gb": 100, "hugepages-2Mi": 1, "ephemeral-storage": 1}
+    profile = _parse(scheduler={"resourceWeights": weights}).scheduler.profile
+    assert [(w.name, w.weight) for w in profile.resources] == list(weights.items())
+
+
+@pytest.mark.parametrize(
+    "name", ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb", "amd.com/gpu"]
+)
+def test_config_rejects_extended_resource_that_a_device_plugin_owns(name: str) -> None:
+    (problem,) = _problems(extendedResources={"gpu-1": {name: 8}})
+    assert problem.startswith(f"gpu-cluster:extendedResources.gpu-1.{name}: got {name!r}; ")
+    assert "belong to a device plugin" in problem
+
+
+def test_config_rejects_feature_gate_unknown_to_kubernetes() -> None:
+    problems = _control_plane_problems(featureGates={"InPlacePodVerticalScalling": True})
+    assert problems == [
+        "gpu-cluster:controlPlane.featureGates.InPlacePodVerticalScalling: got "
+        "'InPlacePodVerticalScalling'; not a feature gate known to Kubernetes v1.37.2; "
+        "kube-apiserver and the kubelet refuse to start on an unknown gate"
+    ]
+
+
+def test_config_rejects_feature_gate_newer_than_the_kubernetes_version() -> None:
+    problems = _control_plane_problems(
+        kubernetesVersion="v1.35.4", featureGates={"NativeHistograms": True}
+    )
+    assert problems == [
+        "gpu-cluster:controlPlane.featureGates.NativeHistograms: got 'NativeHistograms'; this "
+        "gate first appears in v1.36, so kubernetesVersion v1.35 does not know it; "
+        "kube-apiserver would refuse to start"
+    ]
+
+
+@pytest.mark.parametrize("address", ["10.0.0.11:22", "ssh://10.0.0.11", "cp-1/x", "cp 1", "-cp"])
+def test_config_rejects_node_address_that_is_not_a_host_or_ip(address: str) -> None:
+    problems = _problems(nodes=[{"name": "cp-1", "address": address}])
+    assert problems == [
+        f"gpu-cluster:nodes[0].address: got {address!r}; expected a host name or an IP address "
+        "(no port, scheme or path), e.g. 10.0.0.11"
+    ]
+
+
+@pytest.mark.parametrize("address", ["10.0.0.11", "fd00::11", "cp-1.lab.example", "CP-1"])
+def test_config_accepts_node_address_that_is_a_host_or_ip(address: str) -> None:
+    assert _parse(nodes=[{"name": "cp-1", "address": address}]).nodes[0].address == address
+
+
+@pytest.mark.parametrize("name", ["gpu-\u0661", "gpu-1\n", "g\u00e9pu-1"])
+def test_config_rejects_node_name_that_is_not_ascii_or_ends_in_a_newline(name: str) -> None:
+    problems = _problems(nodes=[{"name": name}])
+    assert problems == [
+        f"gpu-cluster:nodes[0].name: got {name!r}; expected a Kubernetes node name "
+        "(DNS-1123 subdomain)"
+    ]
+
+
+@pytest.mark.parametrize("version", ["v2.0.0", "v0.37.2", "v1.\u0663\u0667.2", "v1.37.2\n"])
+def test_config_rejects_kubernetes_version_other_than_major_1_in_ascii(version: str) -> None:
+    problems = _problems(kubernetesVersion=version)
+    assert problems == [
+        f"gpu-cluster:kubernetesVersion: got {version!r}; expected vMAJOR.MINOR.PATCH with "
+        "major version 1, e.g. v1.37.2"
+    ]
+
+
+def test_config_key_written_without_a_value_takes_its_default() -> None:
+    config = _parse(scheduler={"replicas": None}, admission=None)
+    assert (config.scheduler.replicas, config.admission.engine) == (2, "opa")

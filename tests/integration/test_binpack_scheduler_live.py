@@ -328,7 +328,9 @@ def _component_rbac(profile: SchedulerProfile) -> list[tuple[str, dict[str, Any]
         access = ClusterAccess.create("cluster", "apiVersion: v1\nkind: Config\n", None)
         BinpackScheduler(
             "binpack",
-            BinpackSchedulerArgs(access=access, kubernetes_version="v1.34.4", profile=profile),
+            BinpackSchedulerArgs(
+                access=access, kubernetes_version="v1.34.4", name=profile.scheduler_name
+            ),
         )
 
     objects = []
