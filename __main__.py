@@ -48,7 +48,7 @@ extended_nodes = {
 
 # Before the taint: ExtendedResourceToleration gives pods that request a tainted node's GPU or
 # extended resource the matching toleration at admission, so it must be on before the nodes are
-# tainted (a NoExecute taint would otherwise evict pods admitted without it).
+# tainted (GPU pods admitted before it would lack it).
 control_plane = None
 if config.control_plane.enabled:
     control_plane = ControlPlaneFeatures("control-plane", config.control_plane_args())

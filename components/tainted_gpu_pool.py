@@ -23,17 +23,28 @@ from components.settings import (
     LABEL_VALUE,
     QUALIFIED_NAME,
     NodeRefs,
+    Rule,
     Runtime,
     Settings,
-    choice,
     is_label_value,
     text,
 )
 
 TOKEN = "gpu-cluster:index:TaintedGpuPool"
 
-TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+# GPU pods tolerate the pool's taint through the API server's ExtendedResourceToleration
+# admission plugin, which adds `{key: <requested resource>, operator: Exists, effect:
+# NoSchedule}` and nothing for NoExecute. A NoExecute pool would keep every GPU pod Pending
+# and evict what runs on the nodes without its own toleration (device plugin, node exporter,
+# CSI and logging agents), so it is refused rather than documented.
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule"]
 TAINT_EFFECTS: tuple[TaintEffect, ...] = get_args(TaintEffect)
+TAINT_EFFECT = Rule(
+    f"allowed: {', '.join(TAINT_EFFECTS)} (not NoExecute: ExtendedResourceToleration gives GPU "
+    "pods only NoSchedule tolerations, so they would stay Pending, and the taint would evict "
+    "the node's agents)",
+    lambda v: isinstance(v, str) and v in TAINT_EFFECTS,
+)
 DEFAULT_LABELS: Mapping[str, str] = {"gpu-cluster.io/pool": "gpu"}
 
 
@@ -46,8 +57,8 @@ class Taint(Settings):
         "present"
     )
     """Taint value (may be empty)."""
-    effect: Annotated[TaintEffect, choice(TAINT_EFFECTS)] = "NoSchedule"
-    """NoSchedule, PreferNoSchedule or NoExecute."""
+    effect: Annotated[TaintEffect, TAINT_EFFECT] = "NoSchedule"
+    """NoSchedule or PreferNoSchedule: the effects GPU pods are given a toleration for."""
 
     def as_dict(self) -> dict[str, str]:
         return {"key": self.key, "value": self.value, "effect": self.effect}

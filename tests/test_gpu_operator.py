@@ -47,14 +47,14 @@ def _values(recording: Recording) -> dict[str, Any]:
 
 
 def test_gpu_operator_tolerations_equal_the_pool_taint() -> None:
-    taint = Taint(key="example.com/accelerator", value="a100", effect="NoExecute")
+    taint = Taint(key="example.com/accelerator", value="a100", effect="PreferNoSchedule")
     values = _values(_make_gpu_operator(taint))
     expected = [
         {
             "key": "example.com/accelerator",
             "operator": "Equal",
             "value": "a100",
-            "effect": "NoExecute",
+            "effect": "PreferNoSchedule",
         }
     ]
     assert values["daemonsets"]["tolerations"] == expected

@@ -71,11 +71,11 @@ def test_main_dev_values_reach_the_dynamic_providers() -> None:
     assert "kubeconfig" in dongle.secret_inputs
 
 
-def test_main_prod_taints_with_noexecute() -> None:
+def test_main_prod_taints_every_gpu_node() -> None:
     recording = run_program("prod")
     taints = recording.of_type("pulumi-python:dynamic/gpu-cluster:NodeTaint")
     assert len(taints) == 4
-    assert {t.inputs["effect"] for t in taints} == {"NoExecute"}
+    assert {t.inputs["effect"] for t in taints} == {"NoSchedule"}
 
 
 def test_main_exports_gpu_nodes_taint_and_advertised_resources() -> None:

@@ -244,7 +244,7 @@ def test_monitoring_stack_prod_program_hands_mig_and_driver_values_to_the_chart(
     assert values["driver"]["enabled"] is True
     assert values["mig"] == {"strategy": "single"}
     assert {"name": "CONTAINERD_SET_AS_DEFAULT", "value": "true"} in values["toolkit"]["env"]
-    assert values["daemonsets"]["tolerations"][0]["effect"] == "NoExecute"
+    assert values["daemonsets"]["tolerations"][0]["effect"] == "NoSchedule"
 
 
 @pytest.mark.usefixtures("kubeconfig")

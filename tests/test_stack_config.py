@@ -55,7 +55,8 @@ def test_config_dev_and_prod_differ_in_nodes_version_and_taint_effect() -> None:
     prod = parse_stack_config(decode_raw_config(stack_config("prod")))
     assert set(dev.gpu_pool.nodes).isdisjoint(prod.gpu_pool.nodes)
     assert dev.kubernetes_version != prod.kubernetes_version
-    assert (dev.gpu_pool.taint.effect, prod.gpu_pool.taint.effect) == ("NoSchedule", "NoExecute")
+    assert (dev.control_plane.enabled, prod.control_plane.enabled) == (True, True)
+    assert (dev.admission.engine, prod.admission.engine) == ("validating-admission-policy", "opa")
 
 
 def test_config_rejects_extended_resource_without_domain() -> None:
@@ -97,10 +98,19 @@ def test_config_rejects_non_integer_or_negative_quantity(quantity: Any) -> None:
 
 def test_config_rejects_unknown_taint_effect() -> None:
     problems = _problems(gpuPool={"nodes": ["gpu-1"], "taint": {"effect": "NoScheduled"}})
-    assert problems == [
-        "gpu-cluster:gpuPool.taint.effect: got 'NoScheduled'; "
-        "allowed: NoSchedule, PreferNoSchedule, NoExecute"
-    ]
+    assert problems == ["gpu-cluster:gpuPool.taint.effect: got 'NoScheduled'; " + NO_EXECUTE_RULE]
+
+
+NO_EXECUTE_RULE = (
+    "allowed: NoSchedule, PreferNoSchedule (not NoExecute: ExtendedResourceToleration gives "
+    "GPU pods only NoSchedule tolerations, so they would stay Pending, and the taint would "
+    "evict the node's agents)"
+)
+
+
+def test_config_refuses_a_no_execute_pool_before_anything_is_declared() -> None:
+    problems = _problems(gpuPool={"nodes": ["gpu-1"], "taint": {"effect": "NoExecute"}})
+    assert problems == ["gpu-cluster:gpuPool.taint.effect: got 'NoExecute'; " + NO_EXECUTE_RULE]
 
 
 def test_config_rejects_node_listed_twice_in_inventory() -> None:

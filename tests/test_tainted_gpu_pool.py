@@ -74,15 +74,19 @@ def test_tainted_gpu_pool_without_labels_patches_no_labels() -> None:
 
 
 def test_tainted_gpu_pool_custom_taint_reaches_provider_and_outputs() -> None:
-    taint = Taint(key="example.com/gpu", value="", effect="NoExecute")
+    taint = Taint(key="example.com/gpu", value="", effect="PreferNoSchedule")
     recording = _make_pool(taint=taint)
-    assert {t.inputs["effect"] for t in recording.of_type(TAINT_TYPE)} == {"NoExecute"}
-    assert captured["taint"] == {"key": "example.com/gpu", "value": "", "effect": "NoExecute"}
+    assert {t.inputs["effect"] for t in recording.of_type(TAINT_TYPE)} == {"PreferNoSchedule"}
+    assert captured["taint"] == {
+        "key": "example.com/gpu",
+        "value": "",
+        "effect": "PreferNoSchedule",
+    }
     assert captured["toleration"] == {
         "key": "example.com/gpu",
         "operator": "Equal",
         "value": "",
-        "effect": "NoExecute",
+        "effect": "PreferNoSchedule",
     }
 
 

@@ -90,7 +90,13 @@ def node_state(api_client: Any, names: list[str]) -> dict[str, dict[str, Any]]:
         node: Any = core.read_node(name)
         state[name] = {
             "taints": sorted((t.key, t.value or "", t.effect) for t in node.spec.taints or []),
-            "labels": dict(node.metadata.labels or {}),
+            # kwok's kubelet adds the deprecated beta.kubernetes.io labels some time after
+            # registration, as old kubelets did; the stack never touches them.
+            "labels": {
+                k: v
+                for k, v in (node.metadata.labels or {}).items()
+                if not k.startswith("beta.kubernetes.io/")
+            },
             "annotations": {
                 k: v
                 for k, v in (node.metadata.annotations or {}).items()

@@ -9,6 +9,7 @@ never land on GPU nodes; the stack's own pods run; destroy leaves the nodes as t
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,12 +19,13 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from .conftest import apply_stack
+from .conftest import apply_stack, require_e2e_tools
+from .engine import StackError, stack_config
 from .providers import HELM_RELEASE
 from .stack import AppliedStack
 
 GPU = "nvidia.com/gpu"
-# An eviction by the taint manager happens within seconds of a NoExecute taint or binding.
+# An eviction by the taint manager happens within seconds of a binding.
 SETTLE_SECONDS = 8.0
 
 
@@ -172,3 +174,22 @@ def test_destroy_removes_what_the_stack_added_and_nodes_are_as_before(
         assert engine.state == {}
         objects = applied.stand_ins.kubernetes
         assert [r.key for r in created if objects.exists(r)] == []
+
+
+def test_a_no_execute_pool_is_refused_before_anything_is_applied(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Prod's pool with a NoExecute taint: GPU pods would only get NoSchedule tolerations from
+    ExtendedResourceToleration (Pending) and the node agents would be evicted, so the config
+    refuses it and the cluster is left exactly as it was."""
+    require_e2e_tools()
+    pool = json.loads(stack_config("prod")["gpu-cluster:gpuPool"])
+    pool["taint"]["effect"] = "NoExecute"
+    workdir = tmp_path_factory.mktemp("e2e-no-execute")
+    with AppliedStack("prod", workdir, overrides={"gpuPool": pool}) as applied:
+        namespaces = {n.metadata.name for n in _core(applied).list_namespace().items}
+        with pytest.raises(StackError) as refused:
+            applied.up()
+        assert "gpu-cluster:gpuPool.taint.effect: got 'NoExecute'" in str(refused.value)
+        assert applied.node_state() == applied.nodes_before
+        assert {n.metadata.name for n in _core(applied).list_namespace().items} == namespaces
