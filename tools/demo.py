@@ -40,6 +40,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from tests.e2e.conftest import E2E_TOOLS  # noqa: E402
+from tests.e2e.providers import HELM_RELEASE  # noqa: E402
 from tests.e2e.stack import AppliedStack  # noqa: E402
 from tools.harness.controlplane import missing_tools  # noqa: E402
 
@@ -178,12 +179,21 @@ def run(stack: str) -> int:
             monitoring(applied)
 
             step("pulumi destroy")
+            engine, stand_ins = applied.engine, applied.stand_ins
+            assert engine is not None and stand_ins is not None
+            objects = [r for r in engine.of_prefix("kubernetes:") if r.typ != HELM_RELEASE]
             started = time.monotonic()
             deleted = applied.destroy()
             print(f"  {len(deleted)} resources deleted in {time.monotonic() - started:.1f} s")
             same = applied.node_state() == applied.nodes_before
             print(f"  nodes as before (taints, labels, capacity): {'yes' if same else 'NO'}")
-            if not same:
+            left = [f"{r.typ} {r.name}" for r in objects if stand_ins.kubernetes.exists(r)]
+            print(f"  objects of the stack left: {', '.join(left) or 'none'}")
+            print(
+                "  kept on purpose: the monitoring.coreos.com CRDs, which the chart installs "
+                "and `helm uninstall` keeps"
+            )
+            if not same or left:
                 print_nodes("after destroy", applied.node_state())
                 return 1
     return 0
