@@ -38,6 +38,7 @@ from components.settings import (
     choice,
     context_value,
     free_values,
+    helm_chart,
     problem,
 )
 from components.tainted_gpu_pool import Taint, TaintEffect
@@ -164,7 +165,8 @@ class GpuOperatorSettings(Settings):
     namespace: Annotated[str, NAMESPACE] = "gpu-operator"
     """The operator's own namespace (created here, so no other layer's)."""
     repository: Annotated[str, HELM_REPOSITORY] = DEFAULT_REPOSITORY
-    """Helm repository URL of the chart."""
+    """Where the chart comes from: a chart repository URL, an OCI registry (oci://host/path)
+    or a local chart archive or directory (air-gapped installs; `version` is then the copy's)."""
     version: Annotated[str, chart_version(DEFAULT_VERSION)] = DEFAULT_VERSION
     """Chart version (pinned)."""
     driver: Switch = Field(default_factory=Switch)
@@ -321,9 +323,7 @@ class GpuOperator(pulumi.ComponentResource):
         release = k8s.helm.v3.Release(
             f"{name}-release",
             name=RELEASE_NAME,
-            chart="gpu-operator",
-            version=args.version,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=args.repository),
+            **helm_chart("gpu-operator", args.repository, args.version),
             namespace=namespace_name,
             values=values,
             opts=child,

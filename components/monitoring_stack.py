@@ -43,6 +43,7 @@ from components.settings import (
     chart_version,
     context_value,
     free_values,
+    helm_chart,
     is_dns1123_subdomain,
     problem,
     text,
@@ -108,7 +109,8 @@ class MonitoringStackSettings(Settings):
     namespace: Annotated[str, NAMESPACE] = "monitoring"
     """The stack's namespace (created here, so no other layer's)."""
     repository: Annotated[str, HELM_REPOSITORY] = DEFAULT_REPOSITORY
-    """Helm repository URL of kube-prometheus-stack."""
+    """Where kube-prometheus-stack comes from: a chart repository URL, an OCI registry
+    (oci://host/path) or a local chart archive or directory (air-gapped installs)."""
     version: Annotated[str, chart_version(DEFAULT_VERSION)] = DEFAULT_VERSION
     """Chart version (pinned)."""
     grafana_admin_secret: Annotated[str, SECRET_NAME] | None = None
@@ -242,9 +244,7 @@ class MonitoringStack(pulumi.ComponentResource):
         release = k8s.helm.v3.Release(
             f"{name}-release",
             name=RELEASE_NAME,
-            chart="kube-prometheus-stack",
-            version=args.version,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=args.repository),
+            **helm_chart("kube-prometheus-stack", args.repository, args.version),
             namespace=namespace_name,
             values=grafana_secret.apply(lambda secret: stack_values(args, secret)),
             opts=child,

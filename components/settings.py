@@ -19,6 +19,7 @@ import types
 import typing
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Self
 
 import pulumi
@@ -100,6 +101,32 @@ def is_chart_version(value: str) -> bool:
 
 def is_helm_repository(value: str) -> bool:
     return _HELM_REPOSITORY.fullmatch(value) is not None
+
+
+def is_local_chart(value: str) -> bool:
+    """A chart archive (.tgz) or a chart directory (with Chart.yaml), relative to the project."""
+    path = Path(value)
+    if path.is_dir():
+        return (path / "Chart.yaml").is_file()
+    return path.is_file() and path.name.endswith((".tgz", ".tar.gz"))
+
+
+def is_chart_source(value: str) -> bool:
+    return is_helm_repository(value) or is_local_chart(value)
+
+
+def helm_chart(chart: str, source: str, version: str) -> dict[str, Any]:
+    """The Helm Release's chart arguments for where the chart comes from.
+
+    `source` is a chart repository URL (the chart is `chart` in its index), an OCI registry
+    path (`oci://host/path`: the chart is `<path>/<chart>`), or a local chart archive or
+    directory, e.g. a copy made with `helm pull` for an air-gapped install (its own version).
+    """
+    if source.startswith(("http://", "https://")):
+        return {"chart": chart, "version": version, "repository_opts": {"repo": source}}
+    if source.startswith("oci://"):
+        return {"chart": f"{source.rstrip('/')}/{chart}", "version": version}
+    return {"chart": source}
 
 
 def is_prometheus_duration(value: str) -> bool:
@@ -216,7 +243,10 @@ QUALIFIED_NAME = text(is_qualified_name, "expected a qualified name, e.g. nvidia
 LABEL_KEY = text(is_qualified_name, "label key must be a qualified name")
 LABEL_VALUE = text(is_label_value, "label value must be <= 63 alphanumerics, '-', '_' or '.'")
 HELM_REPOSITORY = text(
-    is_helm_repository, "expected a Helm repository URL (https://..., http://... or oci://...)"
+    is_chart_source,
+    "expected a chart repository URL (https://... or http://...), an OCI registry "
+    "(oci://host/path), or an existing local chart archive (.tgz) or chart directory "
+    "(with Chart.yaml)",
 )
 PROMETHEUS_DURATION = text(is_prometheus_duration, "expected a Prometheus duration, e.g. 15s or 1m")
 

@@ -577,11 +577,13 @@ def test_config_rejects_unpinned_gpu_operator_version(version: str) -> None:
     ]
 
 
-def test_config_rejects_monitoring_repository_that_is_not_a_url() -> None:
+def test_config_rejects_monitoring_repository_that_is_not_a_chart_source() -> None:
     problems = _problems(monitoring={"repository": "prometheus-community"})
     assert problems == [
         "gpu-cluster:monitoring.repository: got 'prometheus-community'; "
-        "expected a Helm repository URL (https://..., http://... or oci://...)"
+        "expected a chart repository URL (https://... or http://...), an OCI registry "
+        "(oci://host/path), or an existing local chart archive (.tgz) or chart directory "
+        "(with Chart.yaml)"
     ]
 
 

@@ -137,7 +137,9 @@ class HelmReleases:
 
     def create(self, res: Resource) -> tuple[str, dict[str, Any]]:
         release = self._release(res)
-        install = self.chart_crds.get(release.chart)
+        # The chart as a repository name, an OCI reference or a local copy's path.
+        name = Path(release.chart).name
+        install = next((f for chart, f in self.chart_crds.items() if name.startswith(chart)), None)
         if install is not None:
             install()
         self.releases[res.key] = release
