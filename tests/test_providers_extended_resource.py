@@ -142,3 +142,18 @@ def test_extended_resource_create_on_missing_node_names_node_and_server() -> Non
     provider, _ = _make_provider(FakeNodeApi())
     with pytest.raises(NodeNotFound, match=f"node 'worker-1' not found on API server {SERVER}"):
         provider.create(_props())
+
+
+def test_extended_resource_of_a_deleted_node_is_gone_on_read_and_done_on_delete() -> None:
+    api = FakeNodeApi({"worker-1": {}})
+    provider = ExtendedResourceProvider(lambda _k, _c: api)
+    created = provider.create(_props())
+    api.nodes.pop("worker-1")
+    assert provider.read(str(created.id), dict(created.outs or {})).id is None
+    provider.delete(str(created.id), dict(created.outs or {}))
+
+
+def test_extended_resource_diff_ignores_credentials() -> None:
+    provider = ExtendedResourceProvider(lambda _k, _c: FakeNodeApi({}))
+    old, new = _props(), {**_props(), "kubeconfig": "ci-reader", "context": "ci"}
+    assert provider.diff("id", old, new).changes is False

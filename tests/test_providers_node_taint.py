@@ -139,3 +139,18 @@ def test_node_taint_diff_replaces_when_key_or_effect_changes() -> None:
     provider = _make_provider(FakeNodeApi())
     assert provider.diff("id", _props(), _props(effect="NoExecute")).replaces == ["effect"]
     assert provider.diff("id", _props(), _props(key="example.com/x")).replaces == ["key"]
+
+
+def test_node_taint_of_a_deleted_node_is_gone_on_read_and_done_on_delete() -> None:
+    api = FakeNodeApi({"gpu-1": {}})
+    provider = _make_provider(api)
+    created = provider.create(_props())
+    api.nodes.pop("gpu-1")  # decommissioned, or deleted to be re-created
+    assert provider.read(str(created.id), dict(created.outs or {})).id is None
+    provider.delete(str(created.id), dict(created.outs or {}))  # no error: nothing to undo
+
+
+def test_node_taint_diff_ignores_credentials() -> None:
+    provider = _make_provider(FakeNodeApi({"gpu-1": {}}))
+    old, new = _props(kubeconfig="admin-a"), _props(kubeconfig="ci-reader", context="ci")
+    assert provider.diff("id", {**old, "present": True}, new).changes is False

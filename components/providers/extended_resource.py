@@ -25,6 +25,7 @@ from pulumi.dynamic import (
 from components.providers.node_api import (
     Connect,
     NodeApi,
+    NodeNotFound,
     connect,
     credential_props,
     json_pointer_escape,
@@ -69,20 +70,27 @@ class ExtendedResourceProvider(ResourceProvider):
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
         replaces = [k for k in ("node", "resource") if olds.get(k) != news.get(k)]
-        changed = [k for k in ("quantity", "kubeconfig", "context") if olds.get(k) != news.get(k)]
+        # Credentials are how this run reaches the cluster, not part of the resource.
+        changed = [k for k in ("quantity",) if olds.get(k) != news.get(k)]
         return DiffResult(
             changes=bool(replaces or changed), replaces=replaces, delete_before_replace=True
         )
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
-        node = self._api(props).get_node(props["node"])
+        try:
+            node = self._api(props).get_node(props["node"])
+        except NodeNotFound:
+            return ReadResult(id_=None, outs={})  # the node is gone, and its capacity with it
         return ReadResult(
             id_=id_, outs={**props, "quantity": live_quantity(node, props["resource"])}
         )
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         api = self._api(props)
-        status = api.get_node(props["node"]).get("status") or {}
+        try:
+            status = api.get_node(props["node"]).get("status") or {}
+        except NodeNotFound:
+            return  # a decommissioned node: nothing left to undo
         name = json_pointer_escape(props["resource"])
         ops: list[dict[str, Any]] = []
         for f in STATUS_FIELDS:

@@ -30,6 +30,7 @@ from components.providers.node_api import (
     Connect,
     Mutate,
     NodeApi,
+    NodeNotFound,
     connect,
     credential_props,
     secret_credentials,
@@ -105,7 +106,9 @@ class NodeTaintProvider(ResourceProvider):
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
         replaces = [k for k in ("node", "key", "effect") if olds.get(k) != news.get(k)]
-        changed = [k for k in ("value", "kubeconfig", "context") if olds.get(k) != news.get(k)]
+        # Credentials are how this run reaches the cluster, not part of the taint: another
+        # machine's kubeconfig (CI's preview) or a rotated certificate is no change.
+        changed = [k for k in ("value",) if olds.get(k) != news.get(k)]
         if not olds.get("present", True):
             changed.append("present")  # removed behind the stack's back: put it back
         return DiffResult(
@@ -113,7 +116,11 @@ class NodeTaintProvider(ResourceProvider):
         )
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
-        live = find_taint(self._api(props).get_node(props["node"]), props["key"], props["effect"])
+        try:
+            node = self._api(props).get_node(props["node"])
+        except NodeNotFound:
+            return ReadResult(id_=None, outs={})  # the node is gone, and its taint with it
+        live = find_taint(node, props["key"], props["effect"])
         outs = {**props, "present": live is not None}
         if live is not None:
             outs["value"] = live.get("value") or ""
@@ -122,7 +129,10 @@ class NodeTaintProvider(ResourceProvider):
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         # Restore the entry that predates the stack, if any; otherwise remove ours.
         mutate = set_taint(props["key"], props["effect"], props.get("previous"))
-        update_node(self._api(props), props["node"], mutate)
+        try:
+            update_node(self._api(props), props["node"], mutate)
+        except NodeNotFound:
+            return  # a decommissioned node: nothing left to undo
 
 
 class NodeTaint(Resource, module="gpu-cluster", name="NodeTaint"):

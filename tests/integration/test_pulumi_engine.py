@@ -154,3 +154,58 @@ def test_engine_destroy_leaves_nodes_exactly_as_before(deployed: Deployment) -> 
 
     assert result.summary.resource_changes == {"delete": COUNT}
     assert deployed.live() == deployed.before
+
+
+def test_engine_survives_a_deleted_node_and_a_second_machine_s_credentials(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A node deleted behind the stack's back: refresh drops its resources, up re-creates
+    nothing for it while it is gone, destroy finishes. Another kubeconfig for the same cluster
+    (a second machine, a rotated certificate) is not a change."""
+    require_tools(*CONTROL_PLANE_TOOLS, *PULUMI_ENGINE_TOOLS)
+    with LocalControlPlane() as cp:
+        api_client = cp.api_client()
+        core = client.CoreV1Api(api_client)
+        create_nodes(api_client, inventory_nodes(CONFIG))
+        state_dir = tmp_path_factory.mktemp("pulumi-churn")
+
+        def stack(kubeconfig: str) -> auto.Stack:
+            program = node_layers_program(CONFIG, kubeconfig)
+            return inline_stack("gpu-cluster-engine", "churn", program, state_dir)
+
+        admin = stack(cp.kubeconfig_yaml())
+        admin.up()
+        # The same cluster reached with another identity (a token instead of the admin cert).
+        core.create_namespaced_service_account(
+            "default", client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="other-machine"))
+        )
+        token = core.create_namespaced_service_account_token(
+            "other-machine",
+            "default",
+            client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[])),
+        ).status.token
+        client.RbacAuthorizationV1Api(api_client).create_cluster_role_binding(
+            client.V1ClusterRoleBinding(
+                metadata=client.V1ObjectMeta(name="churn-admin"),
+                role_ref=client.V1RoleRef(
+                    api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="cluster-admin"
+                ),
+                subjects=[
+                    client.RbacV1Subject(
+                        kind="ServiceAccount", name="other-machine", namespace="default"
+                    )
+                ],
+            )
+        )
+        other = stack(cp.kubeconfig_yaml(user={"token": token}))
+        assert other.preview().change_summary.get("update", 0) == 0
+
+        core.delete_node(GPU_NODES[0])
+        refreshed = admin.refresh()
+        assert refreshed.summary.resource_changes.get("delete") == 1
+        admin.destroy()
+        assert all(
+            t["key"] != "nvidia.com/gpu"
+            for n in GPU_NODES[1:]
+            for t in snapshot(api_client, [n])[n]["taints"]
+        )
