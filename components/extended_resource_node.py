@@ -115,8 +115,6 @@ class ExtendedResourceNode(pulumi.ComponentResource):
                 node=args.node,
                 resource=resource,
                 quantity=count,
-                kubeconfig=args.access.kubeconfig,
-                context=args.access.context,
                 opts=child,
             )
             for resource, count in sorted(args.resources.items())

@@ -115,8 +115,6 @@ class TaintedGpuPool(pulumi.ComponentResource):
                 key=args.taint.key,
                 value=args.taint.value,
                 effect=args.taint.effect,
-                kubeconfig=args.access.kubeconfig,
-                context=args.access.context,
                 opts=child,
             )
             done.append(taint.id)

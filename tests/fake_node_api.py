@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
+
+from pulumi.dynamic import ResourceProvider
 
 from components.providers.node_api import Conflict, NodeApiError, NodeNotFound
+
+P = TypeVar("P", bound="ResourceProvider")
 
 SERVER = "https://fake-apiserver:6443"
 
@@ -109,3 +113,17 @@ class FakeNodeApi:
         self.nodes[name] = merged
         self._bump(merged)
         return copy.deepcopy(merged)
+
+
+def stack_config_request(kubeconfig: str = "kubeconfig-text", context: str = "") -> Any:
+    """What the engine hands a dynamic provider at start: the stack's config."""
+    from pulumi.dynamic import Config, ConfigureRequest
+
+    raw = {"gpu-cluster:kubeconfig": kubeconfig, "gpu-cluster:kubeContext": context}
+    return ConfigureRequest(Config(raw_config=raw, project_name="gpu-cluster"))
+
+
+def configured(provider: P) -> P:
+    """`provider` configured as the engine configures it (inline kubeconfig content)."""
+    provider.configure(stack_config_request("apiVersion: v1\nkind: Config\n"))
+    return provider

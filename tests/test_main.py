@@ -67,8 +67,8 @@ def test_main_dev_values_reach_the_dynamic_providers() -> None:
         "example.com/dongle",
         4,
     )
-    # The kubeconfig the program found (KUBECONFIG) travels as a secret.
-    assert "kubeconfig" in dongle.secret_inputs
+    # Credentials are read by the providers from the stack config, never stored with them.
+    assert not {"kubeconfig", "context"} & set(dongle.inputs)
 
 
 def test_main_prod_taints_every_gpu_node() -> None:

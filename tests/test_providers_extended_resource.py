@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from components.providers.extended_resource import ExtendedResourceProvider
-from components.providers.node_api import NodeNotFound
-from tests.fake_node_api import SERVER, FakeNodeApi
+from components.providers.node_api import NodeApiError, NodeNotFound
+from tests.fake_node_api import SERVER, FakeNodeApi, configured, stack_config_request
 
 DONGLE = "example.com/dongle"
 
@@ -23,7 +23,7 @@ def _make_provider(api: FakeNodeApi) -> tuple[ExtendedResourceProvider, list[tup
         calls.append((kubeconfig, context))
         return api
 
-    return ExtendedResourceProvider(connect), calls
+    return configured(ExtendedResourceProvider(connect)), calls
 
 
 def _outs(result: Any) -> dict[str, Any]:
@@ -64,11 +64,20 @@ def test_extended_resource_create_keeps_other_capacity() -> None:
     assert _status(api) == {"cpu": "8", "memory": "32Gi", DONGLE: "4"}
 
 
-def test_extended_resource_passes_kubeconfig_and_context_to_the_client() -> None:
+def test_extended_resource_reaches_the_cluster_of_the_current_run_s_config() -> None:
     api = FakeNodeApi({"worker-1": {}})
     provider, calls = _make_provider(api)
-    provider.create(_props(context="prod-admin"))
-    assert calls == [("kubeconfig-text", "prod-admin")]
+    content = "apiVersion: v1\nkind: Config\n"
+    provider.configure(stack_config_request(content, "prod-admin"))
+    # Credentials left in an old state are ignored: this run's config decides.
+    provider.create(_props(kubeconfig="stale", context="old"))
+    assert calls == [(content, "prod-admin")]
+
+
+def test_extended_resource_refuses_to_run_unconfigured() -> None:
+    provider = ExtendedResourceProvider(lambda _k, _c: FakeNodeApi({"worker-1": {}}))
+    with pytest.raises(NodeApiError, match="did not configure"):
+        provider.create(_props())
 
 
 def test_extended_resource_update_replaces_the_value() -> None:
@@ -146,7 +155,7 @@ def test_extended_resource_create_on_missing_node_names_node_and_server() -> Non
 
 def test_extended_resource_of_a_deleted_node_is_gone_on_read_and_done_on_delete() -> None:
     api = FakeNodeApi({"worker-1": {}})
-    provider = ExtendedResourceProvider(lambda _k, _c: api)
+    provider = configured(ExtendedResourceProvider(lambda _k, _c: api))
     created = provider.create(_props())
     api.nodes.pop("worker-1")
     assert provider.read(str(created.id), dict(created.outs or {})).id is None

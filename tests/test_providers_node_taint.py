@@ -8,14 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 from components.providers.node_taint import NodeTaintProvider
-from tests.fake_node_api import FakeNodeApi
+from tests.fake_node_api import FakeNodeApi, configured
 
 UNSCHEDULABLE = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 GPU = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 
 def _make_provider(api: FakeNodeApi) -> NodeTaintProvider:
-    return NodeTaintProvider(lambda _kubeconfig, _context: api)
+    return configured(NodeTaintProvider(lambda _kubeconfig, _context: api))
 
 
 def _outs(result: Any) -> dict[str, Any]:

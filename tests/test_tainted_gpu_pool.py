@@ -41,10 +41,10 @@ def test_tainted_gpu_pool_taints_each_node_with_the_default_taint() -> None:
         )
 
 
-def test_tainted_gpu_pool_hands_a_secret_kubeconfig_to_the_provider() -> None:
+def test_tainted_gpu_pool_keeps_credentials_out_of_its_resources() -> None:
     recording = _make_pool()
     for taint in recording.of_type(TAINT_TYPE):
-        assert "kubeconfig" in taint.secret_inputs
+        assert not {"kubeconfig", "context"} & set(taint.inputs)
         assert "__provider" in taint.secret_inputs
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pulumi
 from pulumi.dynamic import (
+    ConfigureRequest,
     CreateResult,
     DiffResult,
     ReadResult,
@@ -22,14 +23,14 @@ from pulumi.dynamic import (
     UpdateResult,
 )
 
+from components.providers.credentials import Credentials, from_stack_config
 from components.providers.node_api import (
     Connect,
     NodeApi,
+    NodeApiError,
     NodeNotFound,
     connect,
-    credential_props,
     json_pointer_escape,
-    secret_credentials,
 )
 
 # Allocatable is what the scheduler fits pods against. The kubelet derives it from capacity
@@ -49,9 +50,17 @@ class ExtendedResourceProvider(ResourceProvider):
     def __init__(self, connect_api: Connect = connect) -> None:
         super().__init__()
         self._connect = connect_api
+        self._credentials: Credentials | None = None
+
+    def configure(self, req: ConfigureRequest) -> None:
+        """The current run's credentials (see components/providers/credentials.py)."""
+        self._credentials = from_stack_config(req.config)
 
     def _api(self, props: dict[str, Any]) -> NodeApi:
-        return self._connect(props["kubeconfig"], props.get("context") or None)
+        if self._credentials is None:
+            # Never fall back to ambient or stored credentials: either could be another cluster.
+            raise NodeApiError("no cluster credentials: the engine did not configure the provider")
+        return self._connect(self._credentials.kubeconfig, self._credentials.context)
 
     def _advertise(self, props: dict[str, Any]) -> dict[str, Any]:
         name = json_pointer_escape(props["resource"])
@@ -115,8 +124,6 @@ class ExtendedResource(Resource, module="gpu-cluster", name="ExtendedResource"):
         node: pulumi.Input[str],
         resource: pulumi.Input[str],
         quantity: pulumi.Input[int],
-        kubeconfig: pulumi.Input[str],
-        context: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
         provider: ExtendedResourceProvider | None = None,
     ) -> None:
@@ -124,8 +131,5 @@ class ExtendedResource(Resource, module="gpu-cluster", name="ExtendedResource"):
             "node": node,
             "resource": resource,
             "quantity": quantity,
-            **credential_props(kubeconfig, context),
         }
-        super().__init__(
-            provider or ExtendedResourceProvider(), name, props, secret_credentials(opts)
-        )
+        super().__init__(provider or ExtendedResourceProvider(), name, props, opts)

@@ -18,6 +18,7 @@ from typing import Any
 
 import pulumi
 from pulumi.dynamic import (
+    ConfigureRequest,
     CreateResult,
     DiffResult,
     ReadResult,
@@ -26,14 +27,14 @@ from pulumi.dynamic import (
     UpdateResult,
 )
 
+from components.providers.credentials import Credentials, from_stack_config
 from components.providers.node_api import (
     Connect,
     Mutate,
     NodeApi,
+    NodeApiError,
     NodeNotFound,
     connect,
-    credential_props,
-    secret_credentials,
     update_node,
 )
 
@@ -84,9 +85,17 @@ class NodeTaintProvider(ResourceProvider):
     def __init__(self, connect_api: Connect = connect) -> None:
         super().__init__()
         self._connect = connect_api
+        self._credentials: Credentials | None = None
+
+    def configure(self, req: ConfigureRequest) -> None:
+        """The current run's credentials (see components/providers/credentials.py)."""
+        self._credentials = from_stack_config(req.config)
 
     def _api(self, props: Mapping[str, Any]) -> NodeApi:
-        return self._connect(props["kubeconfig"], props.get("context") or None)
+        if self._credentials is None:
+            # Never fall back to ambient or stored credentials: either could be another cluster.
+            raise NodeApiError("no cluster credentials: the engine did not configure the provider")
+        return self._connect(self._credentials.kubeconfig, self._credentials.context)
 
     def create(self, props: dict[str, Any]) -> CreateResult:
         api = self._api(props)
@@ -153,8 +162,6 @@ class NodeTaint(Resource, module="gpu-cluster", name="NodeTaint"):
         key: pulumi.Input[str],
         value: pulumi.Input[str],
         effect: pulumi.Input[str],
-        kubeconfig: pulumi.Input[str],
-        context: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
         provider: NodeTaintProvider | None = None,
     ) -> None:
@@ -163,6 +170,5 @@ class NodeTaint(Resource, module="gpu-cluster", name="NodeTaint"):
             "key": key,
             "value": value,
             "effect": effect,
-            **credential_props(kubeconfig, context),
         }
-        super().__init__(provider or NodeTaintProvider(), name, props, secret_credentials(opts))
+        super().__init__(provider or NodeTaintProvider(), name, props, opts)

@@ -13,24 +13,32 @@ import base64
 from typing import Any
 
 import dill
-from pulumi.dynamic import ResourceProvider
+from pulumi.dynamic import Config, ConfigureRequest, ResourceProvider
 
-from .engine import Resource, reveal
+from .engine import PROJECT, Resource, reveal
 
 PROVIDER_KEY = "__provider"
 
 
-def _provider(props: dict[str, Any]) -> ResourceProvider:
-    provider: ResourceProvider = dill.loads(base64.b64decode(props[PROVIDER_KEY]))
-    return provider
-
-
 class DynamicResources:
-    """Every `pulumi-python:dynamic/*` resource, through its own provider."""
+    """Every `pulumi-python:dynamic/*` resource, through its own provider.
+
+    Each provider is configured with the stack's config first, as the engine does when it
+    starts the provider (that is where the node providers find their credentials).
+    """
+
+    def __init__(self) -> None:
+        self.config: dict[str, Any] = {}
+        """The stack config of the run (set by whoever runs the engine)."""
+
+    def _provider(self, props: dict[str, Any]) -> ResourceProvider:
+        provider: ResourceProvider = dill.loads(base64.b64decode(props[PROVIDER_KEY]))
+        provider.configure(ConfigureRequest(Config(raw_config=self.config, project_name=PROJECT)))
+        return provider
 
     def _checked(self, olds: dict[str, Any], res: Resource) -> tuple[ResourceProvider, dict]:
         news = reveal(res.inputs)
-        provider = _provider(news)
+        provider = self._provider(news)
         result = provider.check(olds, news)
         if result.failures:
             failures = "; ".join(f"{f.property}: {f.reason}" for f in result.failures)
@@ -64,4 +72,4 @@ class DynamicResources:
         return {**outs, PROVIDER_KEY: props[PROVIDER_KEY]}
 
     def delete(self, res: Resource) -> None:
-        _provider(res.outputs).delete(res.id, res.outputs)
+        self._provider(res.outputs).delete(res.id, res.outputs)

@@ -155,6 +155,7 @@ class AppliedStack:
             context = stack_config(self.stack).get(f"{PROJECT}:kubeContext") or ""
             kubeconfig = self._kubeconfig(context or LOCAL_CONTEXT)
             overrides = {"kubeconfig": str(kubeconfig), **secret_config, **self._overrides}
+            self.stand_ins.dynamic.config = stack_config(self.stack, overrides)
             if cli_mode():
                 self.cli = CliStack(self.stack, self.workdir, overrides, set(secret_config))
             else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from kubernetes import client
@@ -24,9 +24,11 @@ from components.providers.node_api import (
     connect,
 )
 from components.providers.node_taint import NodeTaintProvider
+from tests.fake_node_api import stack_config_request
 from tools.harness import LocalControlPlane
 
 DONGLE = "example.com/dongle"
+P = TypeVar("P")
 UNSCHEDULABLE = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 
 
@@ -61,6 +63,12 @@ def node(core: client.CoreV1Api) -> Iterator[str]:
         core.delete_node(name)
 
 
+def _configure(provider: P, kubeconfig: str) -> P:
+    """The provider as the engine starts it: configured with the stack's kubeconfig."""
+    provider.configure(stack_config_request(kubeconfig))  # type: ignore[attr-defined]
+    return provider
+
+
 def _live(core: client.CoreV1Api, name: str) -> dict[str, Any]:
     node: dict[str, Any] = client.ApiClient().sanitize_for_serialization(core.read_node(name))
     return node
@@ -90,7 +98,7 @@ def _taint_props(kubeconfig: str, node: str, value: str = "present") -> dict[str
 def test_extended_resource_appears_in_capacity_and_allocatable(
     kubeconfig: str, core: client.CoreV1Api, node: str
 ) -> None:
-    ExtendedResourceProvider().create(_resource_props(kubeconfig, node, 4))
+    _configure(ExtendedResourceProvider(), kubeconfig).create(_resource_props(kubeconfig, node, 4))
 
     status = _live(core, node)["status"]
     assert status["capacity"][DONGLE] == "4"
@@ -100,7 +108,7 @@ def test_extended_resource_appears_in_capacity_and_allocatable(
 def test_extended_resource_update_changes_the_count(
     kubeconfig: str, core: client.CoreV1Api, node: str
 ) -> None:
-    provider = ExtendedResourceProvider()
+    provider = _configure(ExtendedResourceProvider(), kubeconfig)
     created = provider.create(_resource_props(kubeconfig, node, 4))
 
     provider.update(str(created.id), created.outs or {}, _resource_props(kubeconfig, node, 6))
@@ -112,7 +120,7 @@ def test_extended_resource_update_changes_the_count(
 def test_extended_resource_delete_removes_only_its_key(
     kubeconfig: str, core: client.CoreV1Api, node: str
 ) -> None:
-    provider = ExtendedResourceProvider()
+    provider = _configure(ExtendedResourceProvider(), kubeconfig)
     props = _resource_props(kubeconfig, node, 4)
     created = provider.create(props)
 
@@ -128,7 +136,7 @@ def test_extended_resource_delete_removes_only_its_key(
 def test_extended_resource_read_sees_a_change_behind_its_back(
     kubeconfig: str, core: client.CoreV1Api, node: str
 ) -> None:
-    provider = ExtendedResourceProvider()
+    provider = _configure(ExtendedResourceProvider(), kubeconfig)
     props = _resource_props(kubeconfig, node, 4)
     created = provider.create(props)
     # What the kubelet does on re-registration: the manually advertised resource is gone.
@@ -149,7 +157,9 @@ def test_extended_resource_missing_node_names_node_and_server(
     kubeconfig: str, control_plane: LocalControlPlane
 ) -> None:
     with pytest.raises(NodeNotFound) as caught:
-        ExtendedResourceProvider().create(_resource_props(kubeconfig, "no-such-node", 1))
+        _configure(ExtendedResourceProvider(), kubeconfig).create(
+            _resource_props(kubeconfig, "no-such-node", 1)
+        )
 
     assert "'no-such-node'" in str(caught.value)
     assert control_plane.server in str(caught.value)
@@ -172,7 +182,7 @@ def test_node_taint_keeps_taints_kubernetes_manages(
     kubeconfig: str, core: client.CoreV1Api, node: str
 ) -> None:
     core.patch_node(node, {"spec": {"taints": [UNSCHEDULABLE]}})
-    provider = NodeTaintProvider()
+    provider = _configure(NodeTaintProvider(), kubeconfig)
     props = _taint_props(kubeconfig, node)
 
     created = provider.create(props)
@@ -193,7 +203,7 @@ def test_node_taint_delete_restores_a_taint_that_predates_the_stack(
 ) -> None:
     theirs = {"key": "nvidia.com/gpu", "value": "reserved", "effect": "NoSchedule"}
     core.patch_node(node, {"spec": {"taints": [theirs]}})
-    provider = NodeTaintProvider()
+    provider = _configure(NodeTaintProvider(), kubeconfig)
 
     created = provider.create(_taint_props(kubeconfig, node))
     assert _live(core, node)["spec"]["taints"] == [{**theirs, "value": "present"}]
@@ -205,7 +215,7 @@ def test_node_taint_delete_restores_a_taint_that_predates_the_stack(
 def test_node_taint_read_sees_removal_behind_its_back(
     kubeconfig: str, core: client.CoreV1Api, node: str
 ) -> None:
-    provider = NodeTaintProvider()
+    provider = _configure(NodeTaintProvider(), kubeconfig)
     props = _taint_props(kubeconfig, node)
     created = provider.create(props)
     core.patch_node(node, {"spec": {"taints": None}})
@@ -257,7 +267,7 @@ def test_node_taint_concurrent_write_is_retried_not_lost(
         racing.append(_RacingApi(connect(config, context), core))
         return racing[-1]
 
-    NodeTaintProvider(connect_racing).create(_taint_props(kubeconfig, node))
+    _configure(NodeTaintProvider(connect_racing), kubeconfig).create(_taint_props(kubeconfig, node))
 
     taints = _live(core, node)["spec"]["taints"]
     assert [r.conflicts for r in racing] == [1]

@@ -32,6 +32,7 @@ from tools.harness.pulumi_engine import (
     node_layers_program,
     node_layers_resource_count,
     stack_file_config,
+    use_cluster,
 )
 
 # The local stack (Pulumi.local.yaml): three pool nodes, one node with example.com/dongle: 4.
@@ -71,12 +72,8 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
         client.CoreV1Api(api_client).patch_node(GPU_NODES[1], {"spec": {"taints": [CORDON]}})
         before = snapshot(api_client, [*GPU_NODES, DONGLE_NODE])
         state_dir = tmp_path_factory.mktemp("pulumi")
-        stack = inline_stack(
-            "gpu-cluster-engine",
-            "e2e",
-            node_layers_program(CONFIG, cp.kubeconfig_yaml()),
-            state_dir,
-        )
+        stack = inline_stack("gpu-cluster-engine", "e2e", node_layers_program(CONFIG), state_dir)
+        use_cluster(stack, cp.kubeconfig_yaml())
         deployment = Deployment(stack, api_client, before, stack.up(), state_dir)
         try:
             yield deployment
@@ -105,7 +102,8 @@ def test_engine_up_taints_pool_and_advertises_capacity(deployed: Deployment) -> 
     }
 
 
-def test_engine_keeps_the_kubeconfig_secret_in_state(deployed: Deployment) -> None:
+def test_engine_keeps_credentials_out_of_the_state(deployed: Deployment) -> None:
+    """The kubeconfig is a secret stack config value; no resource copies it into the state."""
     files = list(deployed.state_dir.glob("backend/.pulumi/stacks/**/e2e.json"))
     assert len(files) == 1, files
     text = files[0].read_text()
@@ -115,7 +113,7 @@ def test_engine_keeps_the_kubeconfig_secret_in_state(deployed: Deployment) -> No
     assert len(dynamic) == len(GPU_NODES) + len(DONGLES)
     for resource in dynamic:
         for side in ("inputs", "outputs"):
-            assert resource[side]["kubeconfig"].get("ciphertext"), (side, resource["urn"])
+            assert "kubeconfig" not in resource[side], (side, resource["urn"])
     assert "client-key-data" not in text and "certificate-authority-data" not in text
 
 
@@ -170,8 +168,10 @@ def test_engine_survives_a_deleted_node_and_a_second_machine_s_credentials(
         state_dir = tmp_path_factory.mktemp("pulumi-churn")
 
         def stack(kubeconfig: str) -> auto.Stack:
-            program = node_layers_program(CONFIG, kubeconfig)
-            return inline_stack("gpu-cluster-engine", "churn", program, state_dir)
+            program = node_layers_program(CONFIG)
+            selected = inline_stack("gpu-cluster-engine", "churn", program, state_dir)
+            use_cluster(selected, kubeconfig)
+            return selected
 
         admin = stack(cp.kubeconfig_yaml())
         admin.up()
@@ -179,11 +179,12 @@ def test_engine_survives_a_deleted_node_and_a_second_machine_s_credentials(
         core.create_namespaced_service_account(
             "default", client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="other-machine"))
         )
-        token = core.create_namespaced_service_account_token(
+        request: Any = core.create_namespaced_service_account_token(
             "other-machine",
             "default",
             client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[])),
-        ).status.token
+        )
+        token = request.status.token
         client.RbacAuthorizationV1Api(api_client).create_cluster_role_binding(
             client.V1ClusterRoleBinding(
                 metadata=client.V1ObjectMeta(name="churn-admin"),
@@ -198,11 +199,13 @@ def test_engine_survives_a_deleted_node_and_a_second_machine_s_credentials(
             )
         )
         other = stack(cp.kubeconfig_yaml(user={"token": token}))
-        assert other.preview().change_summary.get("update", 0) == 0
+        changes: dict[Any, int] = dict(other.preview().change_summary)
+        assert changes.get("update", 0) == 0
 
         core.delete_node(GPU_NODES[0])
         refreshed = admin.refresh()
-        assert refreshed.summary.resource_changes.get("delete") == 1
+        refresh_changes: dict[Any, int] = dict(refreshed.summary.resource_changes or {})
+        assert refresh_changes.get("delete") == 1
         admin.destroy()
         assert all(
             t["key"] != "nvidia.com/gpu"

@@ -26,6 +26,7 @@ from components import (
     TaintedGpuPool,
     TaintedGpuPoolArgs,
 )
+from components.providers.credentials import CONTEXT_KEY, KUBECONFIG_KEY
 from stack_config import StackConfig, parse_stack_config
 
 from .controlplane import find_tool, tools_bin
@@ -78,6 +79,15 @@ def inline_stack(
     return auto.create_or_select_stack(stack, project, program, opts=options)
 
 
+def use_cluster(stack: auto.Stack, kubeconfig: str, context: str = "") -> None:
+    """Point the stack at a cluster the way a user does: the kubeconfig as a secret config value.
+
+    The node providers read it from the stack config on every run (credentials.py).
+    """
+    stack.set_config(KUBECONFIG_KEY, auto.ConfigValue(kubeconfig, secret=True))
+    stack.set_config(CONTEXT_KEY, auto.ConfigValue(context))
+
+
 def stack_file_config(stack: str, overrides: Mapping[str, Any] | None = None) -> StackConfig:
     """The validated config of Pulumi.<stack>.yaml (over Pulumi.yaml's defaults).
 
@@ -88,7 +98,7 @@ def stack_file_config(stack: str, overrides: Mapping[str, Any] | None = None) ->
     return parse_stack_config({**values, **(overrides or {})})
 
 
-def node_layers_program(config: StackConfig, kubeconfig: str) -> auto.PulumiFn:
+def node_layers_program(config: StackConfig) -> auto.PulumiFn:
     """The stack's node layers (ExtendedResourceNode, TaintedGpuPool) as an inline program.
 
     These are the layers built on Python dynamic providers. Pool labels are left out: they
@@ -98,7 +108,7 @@ def node_layers_program(config: StackConfig, kubeconfig: str) -> auto.PulumiFn:
     def program() -> None:
         # No kubernetes object is declared, so no kubernetes Provider is needed.
         access = ClusterAccess(
-            provider=cast(Any, None), kubeconfig=pulumi.Output.secret(kubeconfig), context=None
+            provider=cast(Any, None), kubeconfig=pulumi.Output.secret(""), context=None
         )
         advertised = {
             node: ExtendedResourceNode(
