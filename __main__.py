@@ -3,7 +3,7 @@
 Layers, in the order they are built:
   1. ExtendedResourceNode  - advertise extended resources in node status (JSON patch).
   2. TaintedGpuPool        - taint and label the GPU nodes, keeping Kubernetes' own taints.
-  3. ControlPlaneFeatures  - admission plugins and feature gates over SSH, one host at a time.
+  3. ControlPlaneFeatures  - admission plugins and feature gates through kubeadm, host by host.
   4. GpuOperator           - NVIDIA GPU Operator Helm release, tolerating the pool's taint.
   5. BinpackScheduler      - second kube-scheduler that packs GPU pods onto the fewest nodes.
   6. OpaGate               - admission that keeps GPU pods on that scheduler.
@@ -56,14 +56,15 @@ if config.control_plane.enabled:
     control_plane = ControlPlaneFeatures(
         "control-plane",
         ControlPlaneFeaturesArgs(
+            access=access,
             ssh=cp.ssh,
             control_plane_hosts=cp.hosts,
             kubelet_hosts=cp.kubelet_hosts,
-            kubernetes_version=config.kubernetes_version,
+            stack=pulumi.get_stack(),
             admission_plugins=cp.admission_plugins,
             feature_gates=cp.feature_gates,
             ready_timeout_seconds=cp.ready_timeout_seconds,
-            persist_kubeadm_config=cp.persist_kubeadm_config,
+            state_dir=cp.state_dir,
         ),
     )
 

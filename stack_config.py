@@ -29,7 +29,12 @@ from components.binpack_scheduler import (
     SchedulerProfile,
     ShapePoint,
 )
-from components.control_plane_features import ADMISSION_PLUGINS, RemoteHost, SshAccess
+from components.control_plane_features import (
+    DEFAULT_STATE_DIR,
+    RemoteHost,
+    SshAccess,
+    admission_plugins_for,
+)
 from components.gpu_operator import MIG_STRATEGIES, GpuOperatorChart, MigStrategy, TimeSlicing
 from components.monitoring_stack import DEFAULT_REPOSITORY as MONITORING_REPOSITORY
 from components.monitoring_stack import DEFAULT_VERSION as MONITORING_VERSION
@@ -132,24 +137,24 @@ class AdmissionConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ControlPlaneConfig:
-    """Admission plugins and feature gates edited on the hosts over SSH."""
+    """Admission plugins and feature gates, set in kubeadm's configuration and applied by kubeadm."""
 
     enabled: bool = False
     """Build the ControlPlaneFeatures layer."""
     ssh: SshAccess = field(default_factory=lambda: SshAccess(user=""))
     """SSH user, port and private key (a pulumi.Output secret, or None for the SSH agent)."""
     hosts: tuple[RemoteHost, ...] = ()
-    """Control-plane hosts, edited one at a time in this order."""
+    """Control-plane hosts, regenerated one at a time in this order (host keys pinned)."""
     kubelet_hosts: tuple[RemoteHost, ...] = ()
-    """Hosts whose kubelet gets the feature gates, after the control plane."""
+    """Hosts whose kubelet gets the feature gates (a kubeadm patch each), after the control plane."""
     admission_plugins: tuple[str, ...] = ()
     """Admission plugins to enable."""
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
-    """Feature gates to set (before filtering for the Kubernetes version)."""
+    """Feature gates to set (checked against the live API server at preview)."""
     ready_timeout_seconds: int = 300
-    """How long a restarted component may take to be healthy before the edit is rolled back."""
-    persist_kubeadm_config: bool = True
-    """Also edit the kubeadm-config and kubelet-config ConfigMaps (survives kubeadm upgrade)."""
+    """How long a restarted kubelet may take to be healthy before its old config is restored."""
+    state_dir: str = DEFAULT_STATE_DIR
+    """Directory on the hosts for each stack's kubelet patches and record."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -587,11 +592,18 @@ _CONTROL_PLANE_FIELDS = (
     "sshAgent",
     "hosts",
     "kubeletHosts",
+    "hostKeys",
     "admissionPlugins",
     "featureGates",
     "readyTimeoutSeconds",
-    "persistKubeadmConfig",
+    "stateDir",
 )
+# An OpenSSH public key line: type, base64 blob, optional comment.
+_HOST_KEY = re.compile(
+    r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com|"
+    r"sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]+={0,3}( .*)?$"
+)
+_ABSOLUTE_PATH = re.compile(r"^(/[A-Za-z0-9._-]+)+/?$")
 
 
 def _bool(r: _Reader, key: str, value: Any, default: bool) -> bool:
@@ -604,7 +616,12 @@ def _bool(r: _Reader, key: str, value: Any, default: bool) -> bool:
 
 
 def _remote_hosts(
-    r: _Reader, key: str, raw: Any, addresses: Mapping[str, str]
+    r: _Reader,
+    key: str,
+    raw: Any,
+    addresses: Mapping[str, str],
+    host_keys: Mapping[str, str],
+    enabled: bool,
 ) -> tuple[RemoteHost, ...]:
     names = _node_refs(r, key, r.string_list(key, raw), set(addresses))
     hosts: list[RemoteHost] = []
@@ -613,22 +630,59 @@ def _remote_hosts(
             r.problem(
                 f"{key}[{i}]", name, "node has no address in gpu-cluster:nodes; SSH needs one"
             )
-        elif name in addresses and all(h.name != name for h in hosts):
-            hosts.append(RemoteHost(name=name, address=addresses[name]))
-    return tuple(hosts)
-
-
-def _admission_plugins(r: _Reader, raw: Any) -> tuple[str, ...]:
-    key = "controlPlane.admissionPlugins"
-    plugins: list[str] = []
-    for i, name in enumerate(r.string_list(key, raw)):
-        if not _CAMEL_CASE.match(name):
-            r.problem(f"{key}[{i}]", name, "expected a plugin name (letters and digits, CamelCase)")
-        elif name not in ADMISSION_PLUGINS:
+        elif enabled and name in addresses and name not in host_keys:
             r.problem(
                 f"{key}[{i}]",
                 name,
-                f"unknown admission plugin; allowed: {', '.join(ADMISSION_PLUGINS)}",
+                "no SSH host key in controlPlane.hostKeys; every host key is pinned "
+                "(ssh-keyscan the host from a trusted network, or read /etc/ssh/*.pub on it)",
+            )
+        elif name in addresses and all(h.name != name for h in hosts):
+            key_line = " ".join(host_keys.get(name, "").split()[:2])
+            hosts.append(RemoteHost(name=name, address=addresses[name], host_key=key_line))
+    return tuple(hosts)
+
+
+def _host_keys(r: _Reader, raw: Any, inventory: Collection[str]) -> dict[str, str]:
+    key = "controlPlane.hostKeys"
+    if raw is None:
+        return {}
+    keys: dict[str, str] = {}
+    for name, value in r.string_map(key, raw).items():
+        if name not in inventory:
+            r.problem(f"{key}.{name}", name, "node is not in gpu-cluster:nodes")
+        elif not _HOST_KEY.match(value.strip()):
+            r.problem(
+                f"{key}.{name}",
+                value,
+                "expected an OpenSSH public key line (ssh-ed25519 AAAA..., ecdsa-sha2-nistp256 "
+                "AAAA... or ssh-rsa AAAA...)",
+            )
+        else:
+            keys[name] = value.strip()
+    return keys
+
+
+def _admission_plugins(r: _Reader, raw: Any, version: str, warnings: list[str]) -> tuple[str, ...]:
+    key = "controlPlane.admissionPlugins"
+    names = r.string_list(key, raw)
+    if not names:
+        return ()
+    source, known = admission_plugins_for(version)
+    if source.split(".")[:2] != version.split(".")[:2]:
+        warnings.append(
+            f"{key} checked against the plugins of kube-apiserver {source}: none generated "
+            f"for {version} (python -m tools.admission_plugins --apiserver <its kube-apiserver>)"
+        )
+    plugins: list[str] = []
+    for i, name in enumerate(names):
+        if not _CAMEL_CASE.match(name):
+            r.problem(f"{key}[{i}]", name, "expected a plugin name (letters and digits, CamelCase)")
+        elif name not in known:
+            r.problem(
+                f"{key}[{i}]",
+                name,
+                f"unknown admission plugin in kube-apiserver {source}; allowed: {', '.join(known)}",
             )
         elif name in plugins:
             r.problem(f"{key}[{i}]", name, "each plugin may be listed once; it is listed twice")
@@ -664,6 +718,8 @@ def _control_plane(
     raw: Any,
     ssh_private_key: Any,
     nodes: Sequence[NodeConfig],
+    version: str,
+    warnings: list[str],
     secret_keys: Collection[str] | None = None,
 ) -> ControlPlaneConfig:
     entry = r.obj("controlPlane", raw, _CONTROL_PLANE_FIELDS)
@@ -679,10 +735,20 @@ def _control_plane(
     if "port" in entry:
         port = _int_in(r, "controlPlane.port", entry["port"], 1, 65535) or port
     agent = _bool(r, "controlPlane.sshAgent", entry.get("sshAgent"), False)
-    hosts = _remote_hosts(r, "controlPlane.hosts", entry.get("hosts"), addresses)
-    kubelet_hosts = _remote_hosts(
-        r, "controlPlane.kubeletHosts", entry.get("kubeletHosts"), addresses
+    host_keys = _host_keys(r, entry.get("hostKeys"), set(addresses))
+    hosts = _remote_hosts(
+        r, "controlPlane.hosts", entry.get("hosts"), addresses, host_keys, enabled
     )
+    kubelet_hosts = _remote_hosts(
+        r, "controlPlane.kubeletHosts", entry.get("kubeletHosts"), addresses, host_keys, enabled
+    )
+    state_dir = r.string("controlPlane.stateDir", entry.get("stateDir"), default.state_dir)
+    if not _ABSOLUTE_PATH.match(state_dir) or "/../" in f"{state_dir}/":
+        r.problem(
+            "controlPlane.stateDir",
+            state_dir,
+            "expected an absolute path of letters, digits, '.', '_' and '-'",
+        )
     timeout = default.ready_timeout_seconds
     if "readyTimeoutSeconds" in entry:
         timeout = (
@@ -724,15 +790,10 @@ def _control_plane(
         ssh=SshAccess(user=user, port=port, private_key=private_key),
         hosts=hosts,
         kubelet_hosts=kubelet_hosts,
-        admission_plugins=_admission_plugins(r, entry.get("admissionPlugins")),
+        admission_plugins=_admission_plugins(r, entry.get("admissionPlugins"), version, warnings),
         feature_gates=_feature_gates(r, entry.get("featureGates")),
         ready_timeout_seconds=timeout,
-        persist_kubeadm_config=_bool(
-            r,
-            "controlPlane.persistKubeadmConfig",
-            entry.get("persistKubeadmConfig"),
-            default.persist_kubeadm_config,
-        ),
+        state_dir=state_dir,
     )
 
 
@@ -999,7 +1060,7 @@ def parse_stack_config(
     monitoring = _monitoring(r, merged["monitoring"], merged["grafanaAdminPassword"], secret_keys)
     _one_dcgm_service_monitor(r, gpu_operator, monitoring)
     control_plane = _control_plane(
-        r, merged["controlPlane"], merged["sshPrivateKey"], nodes, secret_keys
+        r, merged["controlPlane"], merged["sshPrivateKey"], nodes, version, warnings, secret_keys
     )
     if r.problems:
         raise ConfigError(r.problems)

@@ -52,7 +52,7 @@ METRICS = """\
 # HELP kubernetes_feature_enabled [BETA] This metric records the data about the stage and enablement of a k8s feature.
 # TYPE kubernetes_feature_enabled gauge
 kubernetes_feature_enabled{name="InPlacePodVerticalScaling",stage=""} 1
-kubernetes_feature_enabled{name="DynamicResourceAllocation",stage="BETA"} 0
+kubernetes_feature_enabled{name="CPUManagerPolicyBetaOptions",stage="BETA"} 0
 kubernetes_feature_enabled{name="SomeAlphaGate",stage="ALPHA"} 0
 """
 SERVER = "https://10.0.0.1:6443"
@@ -134,8 +134,8 @@ def _props(**overrides: Any) -> dict[str, Any]:
     return {
         "stack": "dev",
         "admission_plugins": ["ExtendedResourceToleration"],
-        "feature_gates": {"DynamicResourceAllocation": True},
-        "gates": {"DynamicResourceAllocation": True},
+        "feature_gates": {"CPUManagerPolicyBetaOptions": True},
+        "gates": {"CPUManagerPolicyBetaOptions": True},
         "notes": {},
         "kubeconfig": "apiVersion: v1",
         "context": "",
@@ -148,10 +148,10 @@ def test_kubeadm_config_adds_plugins_to_the_api_server_and_gates_to_three_compon
     _create(_provider(api), _props())
     assert api.args("apiServer") == {
         "enable-admission-plugins": "NodeRestriction,ExtendedResourceToleration",
-        "feature-gates": "SomeOtherGate=false,DynamicResourceAllocation=true",
+        "feature-gates": "SomeOtherGate=false,CPUManagerPolicyBetaOptions=true",
     }
     for component in ("controllerManager", "scheduler"):
-        assert api.args(component) == {"feature-gates": "DynamicResourceAllocation=true"}
+        assert api.args(component) == {"feature-gates": "CPUManagerPolicyBetaOptions=true"}
     # Everything else in the document is untouched.
     assert api.document()["networking"] == {"podSubnet": "10.244.0.0/16"}
 
@@ -163,7 +163,7 @@ def test_kubeadm_config_records_what_it_added_in_an_annotation_named_by_the_stac
     assert record == outs["added"]
     assert record["apiServer"] == {
         "enable-admission-plugins": {"ExtendedResourceToleration": None},
-        "feature-gates": {"DynamicResourceAllocation": None},
+        "feature-gates": {"CPUManagerPolicyBetaOptions": None},
     }
 
 
@@ -223,7 +223,7 @@ def test_kubeadm_config_edits_the_v1beta3_map_form() -> None:
     assert api.args("apiServer") == {
         "authorization-mode": "Node,RBAC",
         "enable-admission-plugins": "ExtendedResourceToleration",
-        "feature-gates": "DynamicResourceAllocation=true",
+        "feature-gates": "CPUManagerPolicyBetaOptions=true",
     }
     provider.delete("id", outs)
     assert api.document() == yaml.safe_load(V1BETA3)
@@ -255,7 +255,7 @@ def test_kubeadm_config_refuses_a_configmap_without_cluster_configuration() -> N
 def test_kubeadm_config_reads_stages_from_the_feature_metric() -> None:
     assert feature_stages(METRICS) == {
         "InPlacePodVerticalScaling": ("", True),
-        "DynamicResourceAllocation": ("BETA", False),
+        "CPUManagerPolicyBetaOptions": ("BETA", False),
         "SomeAlphaGate": ("ALPHA", False),
     }
 
@@ -270,11 +270,11 @@ def test_kubeadm_config_check_refuses_an_unknown_gate_naming_it() -> None:
 
 def test_kubeadm_config_check_leaves_out_a_ga_gate_at_its_value_with_a_note() -> None:
     gates, notes, refused = check_gates(
-        {"InPlacePodVerticalScaling": True, "DynamicResourceAllocation": True},
+        {"InPlacePodVerticalScaling": True, "CPUManagerPolicyBetaOptions": True},
         feature_stages(METRICS),
         SERVER,
     )
-    assert gates == {"DynamicResourceAllocation": True}
+    assert gates == {"CPUManagerPolicyBetaOptions": True}
     assert notes == {"InPlacePodVerticalScaling": "GA and locked to true: nothing to set"}
     assert refused == []
 

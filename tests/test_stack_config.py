@@ -291,10 +291,13 @@ _CP_NODES = [
     {"name": "cpu-1"},
 ]
 _CP_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA-test-only\n-----END OPENSSH PRIVATE KEY-----\n"
+_HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEq4MWWZYkl1AwbDTXxi4kpYJ5bbhKzzvLyFun5BnLK0"
+_CP_HOST_KEYS = {"cp-1": f"{_HOST_KEY} root@cp-1", "gpu-1": _HOST_KEY}
 
 
 def _control_plane_problems(sshPrivateKey: str = _CP_KEY, **fields: Any) -> list[str]:
-    section = {"enabled": True, "user": "ops", "hosts": ["cp-1"], **fields}
+    section = {"enabled": True, "user": "ops", "hosts": ["cp-1"], "hostKeys": _CP_HOST_KEYS}
+    section.update(fields)
     with pytest.raises(ConfigError) as excinfo:
         parse_stack_config(
             {"nodes": _CP_NODES, "controlPlane": section, "sshPrivateKey": sshPrivateKey}
@@ -312,12 +315,14 @@ def test_config_control_plane_key_is_a_pulumi_secret_output() -> None:
                 "user": "ops",
                 "hosts": ["cp-1"],
                 "kubeletHosts": ["gpu-1"],
+                "hostKeys": _CP_HOST_KEYS,
                 "featureGates": {"InPlacePodVerticalScaling": True},
             },
         }
     )
     cp = config.control_plane
-    assert [(h.name, h.address) for h in cp.hosts] == [("cp-1", "10.0.0.11")]
+    # The key's comment is dropped: the SSH client compares type and key only.
+    assert [(h.name, h.address, h.host_key) for h in cp.hosts] == [("cp-1", "10.0.0.11", _HOST_KEY)]
     assert isinstance(cp.ssh.private_key, pulumi.Output)
     assert _CP_KEY not in repr(config)
     loop = asyncio.get_event_loop()  # the loop the Output was created on
@@ -340,7 +345,7 @@ def test_config_rejects_unknown_admission_plugin() -> None:
     (problem,) = _control_plane_problems(admissionPlugins=["ExtendedResourceTolerations"])
     assert problem.startswith(
         "gpu-cluster:controlPlane.admissionPlugins[0]: got 'ExtendedResourceTolerations'; "
-        "unknown admission plugin; allowed: AlwaysAdmit, "
+        "unknown admission plugin in kube-apiserver v1.37.2; allowed: AlwaysAdmit, "
     )
     assert "ExtendedResourceToleration, " in problem
 
@@ -417,6 +422,67 @@ def test_config_rejects_ssh_key_that_is_not_a_private_key_without_showing_it() -
         "expected a private key (-----BEGIN ... PRIVATE KEY-----)"
     ]
     assert "hunter2" not in " ".join(problems)
+
+
+def test_config_rejects_enabled_control_plane_host_without_a_pinned_host_key() -> None:
+    problems = _control_plane_problems(kubeletHosts=["gpu-1"], hostKeys={"cp-1": _HOST_KEY})
+    assert problems == [
+        "gpu-cluster:controlPlane.kubeletHosts[0]: got 'gpu-1'; no SSH host key in "
+        "controlPlane.hostKeys; every host key is pinned (ssh-keyscan the host from a trusted "
+        "network, or read /etc/ssh/*.pub on it)"
+    ]
+
+
+def test_config_rejects_a_host_key_that_is_not_a_public_key_line() -> None:
+    problems = _control_plane_problems(hostKeys={"cp-1": "SHA256:abcdef"})
+    assert problems[0] == (
+        "gpu-cluster:controlPlane.hostKeys.cp-1: got 'SHA256:abcdef'; expected an OpenSSH public "
+        "key line (ssh-ed25519 AAAA..., ecdsa-sha2-nistp256 AAAA... or ssh-rsa AAAA...)"
+    )
+
+
+def test_config_rejects_a_host_key_for_a_node_outside_the_inventory() -> None:
+    problems = _control_plane_problems(hostKeys={**_CP_HOST_KEYS, "cp-9": _HOST_KEY})
+    assert problems == [
+        "gpu-cluster:controlPlane.hostKeys.cp-9: got 'cp-9'; node is not in gpu-cluster:nodes"
+    ]
+
+
+def test_config_rejects_a_relative_state_dir() -> None:
+    problems = _control_plane_problems(stateDir="etc/gpu-cluster")
+    assert problems == [
+        "gpu-cluster:controlPlane.stateDir: got 'etc/gpu-cluster'; expected an absolute path "
+        "of letters, digits, '.', '_' and '-'"
+    ]
+
+
+def test_config_rejects_the_removed_persist_kubeadm_config_key() -> None:
+    (problem,) = _control_plane_problems(persistKubeadmConfig=False)
+    assert problem.startswith(
+        "gpu-cluster:controlPlane.persistKubeadmConfig: got False; unknown key; allowed: "
+    )
+
+
+def test_config_warns_when_admission_plugins_come_from_another_minor() -> None:
+    config = parse_stack_config(
+        {
+            "kubernetesVersion": "v1.35.4",
+            "nodes": _CP_NODES,
+            "sshPrivateKey": _CP_KEY,
+            "controlPlane": {
+                "enabled": True,
+                "user": "ops",
+                "hosts": ["cp-1"],
+                "hostKeys": _CP_HOST_KEYS,
+                "admissionPlugins": ["ExtendedResourceToleration"],
+            },
+        }
+    )
+    assert config.warnings == (
+        "controlPlane.admissionPlugins checked against the plugins of kube-apiserver v1.37.2: "
+        "none generated for v1.35.4 (python -m tools.admission_plugins --apiserver <its "
+        "kube-apiserver>)",
+    )
 
 
 def test_config_rejects_ready_timeout_below_30_seconds() -> None:
@@ -610,7 +676,12 @@ def test_config_rejects_ssh_key_stored_in_plain_text() -> None:
             {
                 "nodes": _CP_NODES,
                 "sshPrivateKey": _CP_KEY,
-                "controlPlane": {"enabled": True, "user": "ops", "hosts": ["cp-1"]},
+                "controlPlane": {
+                    "enabled": True,
+                    "user": "ops",
+                    "hosts": ["cp-1"],
+                    "hostKeys": _CP_HOST_KEYS,
+                },
             },
             secret_keys=set(),
         )

@@ -120,19 +120,17 @@ class KubeConfigMapApi:
         )
 
     def metrics(self) -> str:
-        response = call_api(
-            self.server,
-            "/metrics",
-            "read",
-            lambda: self._client.call_api(
-                "/metrics",
-                "GET",
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _return_http_data_only=True,
-            ),
-        )
-        return str(response.data.decode())
+        from kubernetes.client.exceptions import ApiException
+
+        def get() -> Any:
+            request = self._client.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+            response = self._client.call_api(*request)
+            response.read()
+            if not 200 <= response.status < 300:
+                raise ApiException(http_resp=response)
+            return response
+
+        return str(call_api(self.server, "/metrics", "read", get).data.decode())
 
 
 Connect = Callable[[str, "str | None"], ConfigMapApi]
