@@ -13,10 +13,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import shlex
-import subprocess
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +23,12 @@ from components import ControlPlaneFeatures, ControlPlaneFeaturesArgs, RemoteHos
 from components.cluster_access import ClusterAccess
 from stack_config import ConfigError
 from tests.conftest import SECRET_SIG, Recording, Registration, register, run_program
+from tests.fake_kubeadm_host import FakeHost
 
 COMMAND = "command:remote:Command"
 KUBEADM_CONFIG = "pulumi-python:dynamic/gpu-cluster:KubeadmConfig"
 KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA-test-only\n-----END OPENSSH PRIVATE KEY-----\n"
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEq4MWWZYkl1AwbDTXxi4kpYJ5bbhKzzvLyFun5BnLK0"
-COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 captured: dict[str, Any] = {}
 
@@ -244,92 +240,9 @@ def test_control_plane_features_refuses_a_key_stored_in_plain_text() -> None:
 
 # --------------------------------------------------------------------------- host side
 
-# Stand-ins for what needs a real node. `kubeadm` prints its dry-run rendering in kubeadm's
-# format ("[dryrun] Would write file ..." then the content, each line after a tab) from
-# $RENDER, and for the real phase writes those files where kubeadm would.
-_FAKE_KUBEADM = r"""#!/bin/sh
-echo "kubeadm $*" >>"$CALLS"
-case "$*" in
-  *"phase control-plane --dry-run"*)
-    for c in kube-apiserver kube-controller-manager kube-scheduler; do
-      printf '[dryrun] Would write file "/etc/kubernetes/manifests/%s.yaml" with content:\n' "$c"
-      awk '{ print "\t" $0 }' "$RENDER/$c.yaml"
-    done
-    echo "[dryrun] Finished dry-running successfully. Above are the resources that would be created" ;;
-  *"phase control-plane"*) cp "$RENDER"/*.yaml "$MANIFESTS/" ;;
-  *"phase kubelet-config"*) echo "kind: KubeletConfiguration # from kubeadm" >"$KUBELET_CONFIG" ;;
-  *) exit 2 ;;
-esac
-"""
-_FAKE_SYSTEMCTL = '#!/bin/sh\necho "systemctl $*" >>"$CALLS"\n'
-_FAKE_CURL = '#!/bin/sh\ncat "$HEALTH"\n'
 
-
-def _manifest(component: str, *flags: str) -> str:
-    command = "\n".join(f"    - {f}" for f in (component, "--v=2", *flags))
-    return (
-        "apiVersion: v1\nkind: Pod\nmetadata:\n"
-        f"  name: {component}\n  namespace: kube-system\n"
-        f"spec:\n  containers:\n  - command:\n{command}\n"
-        f"    image: registry.k8s.io/{component}:v1.37.2\n    name: {component}\n"
-        "  hostNetwork: true\n"
-    )
-
-
-class FakeHost:
-    """A host's files under tmp_path and the stand-ins on PATH."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.root = tmp_path
-        self.manifests = tmp_path / "manifests"
-        self.render = tmp_path / "render"
-        self.state = tmp_path / "state"
-        self.calls = tmp_path / "calls.log"
-        self.health = tmp_path / "health"
-        self.kubelet_config = tmp_path / "kubelet-config.yaml"
-        for d in (self.manifests, self.render, tmp_path / "bin"):
-            d.mkdir()
-        for name, text in (
-            ("kubeadm", _FAKE_KUBEADM),
-            ("systemctl", _FAKE_SYSTEMCTL),
-            ("curl", _FAKE_CURL),
-        ):
-            (tmp_path / "bin" / name).write_text(text)
-            (tmp_path / "bin" / name).chmod(0o755)
-        self.health.write_text("ok")
-        self.kubelet_config.write_text("kind: KubeletConfiguration\n")
-        self.calls.write_text("")
-        plugins = "--enable-admission-plugins=NodeRestriction"
-        self.set_manifests(self.manifests, {"kube-apiserver": (plugins,)})
-        self.set_manifests(self.render, {"kube-apiserver": (plugins,)})
-
-    @staticmethod
-    def set_manifests(where: Path, flags: Mapping[str, tuple[str, ...]]) -> None:
-        for component in COMPONENTS:
-            (where / f"{component}.yaml").write_text(
-                _manifest(component, *flags.get(component, ()))
-            )
-
-    def run(self, command: str) -> subprocess.CompletedProcess[str]:
-        """The registered command as the host would run it (as root, so no sudo)."""
-        argv = shlex.split(command.split("$S ", 1)[1])
-        env = {
-            **os.environ,
-            "PATH": f"{self.root / 'bin'}:/usr/bin:/bin",
-            "CALLS": str(self.calls),
-            "RENDER": str(self.render),
-            "HEALTH": str(self.health),
-            "MANIFESTS": str(self.manifests),
-            "KUBELET_CONFIG": str(self.kubelet_config),
-            "HEALTHZ": "http://127.0.0.1:1/healthz",
-        }
-        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
-
-    def kubeadm_calls(self) -> list[str]:
-        return [c for c in self.calls.read_text().splitlines() if c.startswith("kubeadm")]
-
-
-def _commands(host: FakeHost, **overrides: Any) -> dict[str, Registration]:
+def registered_commands(host: FakeHost, **overrides: Any) -> dict[str, Registration]:
+    """The remote commands the component registers, by name, with the host's state dir."""
     overrides.setdefault("ready_timeout_seconds", 2)
     recording = _make_features(state_dir=str(host.state), **overrides)
     return {c.name: c for c in recording.of_type(COMMAND)}
@@ -339,7 +252,7 @@ def test_control_plane_features_host_guard_passes_a_manifest_kubeadm_would_rende
     tmp_path: Path,
 ) -> None:
     host = FakeHost(tmp_path)
-    result = host.run(_commands(host)["cpf-guard-cp-1"].inputs["create"])
+    result = host.run(registered_commands(host)["cpf-guard-cp-1"].inputs["create"])
     assert result.returncode == 0, result.stderr
     assert "match kubeadm's rendering" in result.stderr
     # Only the dry run: nothing is written on the check.
@@ -358,7 +271,7 @@ def test_control_plane_features_host_refuses_hand_edits_naming_them(tmp_path: Pa
         },
     )
     before = {p.name: p.read_text() for p in host.manifests.iterdir()}
-    result = host.run(_commands(host)["cpf-control-plane-cp-1"].inputs["create"])
+    result = host.run(registered_commands(host)["cpf-control-plane-cp-1"].inputs["create"])
     assert result.returncode == 1
     assert "refusing: regenerating with kubeadm would drop these hand edits" in result.stderr
     assert (
@@ -384,7 +297,7 @@ def test_control_plane_features_host_regenerates_with_kubeadm_and_records_its_it
         "--feature-gates=CPUManagerPolicyBetaOptions=true",
     )
     host.set_manifests(host.render, {"kube-apiserver": new_flags})
-    result = host.run(_commands(host)["cpf-control-plane-cp-1"].inputs["create"])
+    result = host.run(registered_commands(host)["cpf-control-plane-cp-1"].inputs["create"])
     assert result.returncode == 0, result.stderr
     assert host.kubeadm_calls()[-1] == (
         "kubeadm upgrade node phase control-plane --etcd-upgrade=false"
@@ -400,7 +313,7 @@ def test_control_plane_features_host_destroy_regenerates_without_the_stacks_item
     tmp_path: Path,
 ) -> None:
     host = FakeHost(tmp_path)
-    commands = _commands(host)
+    commands = registered_commands(host)
     with_flags = {
         "kube-apiserver": (
             "--enable-admission-plugins=NodeRestriction,ExtendedResourceToleration",
@@ -424,7 +337,7 @@ def test_control_plane_features_host_destroy_regenerates_without_the_stacks_item
 
 def test_control_plane_features_host_kubelet_patch_per_node_and_removal(tmp_path: Path) -> None:
     host = FakeHost(tmp_path)
-    commands = _commands(host)
+    commands = registered_commands(host)
     kubelet = commands["cpf-kubelet-gpu-1"].inputs
     result = host.run(kubelet["create"])
     assert result.returncode == 0, result.stderr
@@ -454,7 +367,7 @@ def test_control_plane_features_host_unhealthy_kubelet_gets_its_old_config_back(
 ) -> None:
     host = FakeHost(tmp_path)
     host.health.write_text("not ok")
-    result = host.run(_commands(host)["cpf-kubelet-gpu-1"].inputs["create"])
+    result = host.run(registered_commands(host)["cpf-kubelet-gpu-1"].inputs["create"])
     assert result.returncode == 1
     assert "kubelet not healthy within 2s" in result.stderr
     assert host.kubelet_config.read_text() == "kind: KubeletConfiguration\n"
