@@ -1,10 +1,11 @@
 """A kubeadm host in a temporary directory, for running the host commands without a node.
 
 `kubeadm`, `systemctl` and `curl` are recording stand-ins on PATH: a real kubeadm needs a
-kubelet and a cluster for the phases these commands run. `kubeadm` prints its dry-run
-rendering in kubeadm's own format ("[dryrun] Would write file ..." then the content, each line
-after a tab; tests/integration/test_kubeadm_live.py checks the host script against the real
-binary's output) from `render/`, and for the real phase writes those files where kubeadm would.
+kubelet and a cluster for the phases these commands run. `kubeadm` prints the manifests in
+`render/` the way kubeadm v1.37's `upgrade node phase control-plane --dry-run` does (the first
+"[dryrun] Would write file" glued to the message before it, then the file's lines;
+tests/integration/test_kubeadm_live.py runs the host check on the real binary's output), and
+for the real phase writes those files where kubeadm would.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ _FAKE_KUBEADM = r"""#!/bin/sh
 echo "kubeadm $*" >>"$CALLS"
 case "$*" in
   *"phase control-plane --dry-run"*)
+    echo '[upgrade/control-plane] Upgrading your Static Pod-hosted control plane instance to version "v1.37.2"...'
+    printf '[dryrun] Would upgrade your static Pod-hosted control plane to version "v1.37.2"'
     for c in kube-apiserver kube-controller-manager kube-scheduler; do
       printf '[dryrun] Would write file "/etc/kubernetes/manifests/%s.yaml" with content:\n' "$c"
-      awk '{ print "\t" $0 }' "$RENDER/$c.yaml"
-    done
-    echo "[dryrun] Finished dry-running successfully. Above are the resources that would be created" ;;
+      cat "$RENDER/$c.yaml"
+    done ;;
   *"phase control-plane"*) cp "$RENDER"/*.yaml "$MANIFESTS/" ;;
   *"phase kubelet-config"*) echo "kind: KubeletConfiguration # from kubeadm" >"$KUBELET_CONFIG" ;;
   *) exit 2 ;;
@@ -91,10 +93,12 @@ class FakeHost:
             "KUBELET_CONFIG": str(self.kubelet_config),
         }
 
-    def run(self, command: str) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, command: str, overrides: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """The registered command as the host would run it (as root, so no sudo)."""
         argv = shlex.split(command.split("$S ", 1)[1])
-        env = {**os.environ, **self.env()}
+        env = {**os.environ, **self.env(), **(overrides or {})}
         return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
 
     def kubeadm_calls(self) -> list[str]:

@@ -257,7 +257,7 @@ def test_control_plane_features_host_guard_passes_a_manifest_kubeadm_would_rende
     assert "match kubeadm's rendering" in result.stderr
     # Only the dry run: nothing is written on the check.
     assert host.kubeadm_calls() == [
-        "kubeadm upgrade node phase control-plane --dry-run --etcd-upgrade=false"
+        "kubeadm upgrade node phase control-plane --dry-run --etcd-upgrade=false --certificate-renewal=false"
     ]
 
 
@@ -280,10 +280,11 @@ def test_control_plane_features_host_refuses_hand_edits_naming_them(tmp_path: Pa
     )
     assert "    - --profiling=false" in result.stderr
     assert "kube-controller-manager.yaml" not in result.stderr
-    # Refused before kubeadm wrote anything.
-    assert "kubeadm upgrade node phase control-plane --etcd-upgrade=false" not in (
-        host.kubeadm_calls()
-    )
+    # Refused after the dry run, before kubeadm wrote anything.
+    assert host.kubeadm_calls() == [
+        "kubeadm upgrade node phase control-plane --dry-run --etcd-upgrade=false "
+        "--certificate-renewal=false"
+    ]
     assert {p.name: p.read_text() for p in host.manifests.iterdir()} == before
 
 
@@ -300,7 +301,7 @@ def test_control_plane_features_host_regenerates_with_kubeadm_and_records_its_it
     result = host.run(registered_commands(host)["cpf-control-plane-cp-1"].inputs["create"])
     assert result.returncode == 0, result.stderr
     assert host.kubeadm_calls()[-1] == (
-        "kubeadm upgrade node phase control-plane --etcd-upgrade=false"
+        "kubeadm upgrade node phase control-plane --etcd-upgrade=false --certificate-renewal=false"
     )
     assert "--feature-gates=CPUManagerPolicyBetaOptions=true" in (
         (host.manifests / "kube-apiserver.yaml").read_text()

@@ -21,18 +21,25 @@ TIMEOUT=${TIMEOUT:-120}
 OURS=${OURS:-}
 COMPONENTS="kube-apiserver kube-controller-manager kube-scheduler"
 MANAGED='^[[:space:]]*- --(enable-admission-plugins|feature-gates)='
+# Only the manifests: etcd and the certificates are not this layer's to touch.
+PHASE_FLAGS="--etcd-upgrade=false --certificate-renewal=false"
 
 log() { printf 'gpu-cluster: %s\n' "$*" >&2; }
 fail() { log "$*"; exit 1; }
 
-# render DIR: kubeadm's manifests for this node from the cluster's ClusterConfiguration.
+# render DIR: kubeadm's manifests for this node from the cluster's ClusterConfiguration. The
+# dry run prints each as `[dryrun] Would write file "PATH" with content:` (not always at the
+# start of a line) and the file's lines; the next `[...]` message ends it.
 render() {
-  kubeadm upgrade node phase control-plane --dry-run --etcd-upgrade=false >"$1/dry-run" 2>&1 \
-    || { cat "$1/dry-run" >&2; fail "kubeadm cannot render the control-plane manifests"; }
+  kubeadm upgrade node phase control-plane --dry-run $PHASE_FLAGS >"$1/dry-run" 2>"$1/dry-run.err" \
+    || { cat "$1/dry-run" "$1/dry-run.err" >&2; fail "kubeadm cannot render the control-plane manifests"; }
   awk -v dir="$1" '
-    /^\[dryrun\] Would write file "/ { n = split($0, q, "\""); k = split(q[2], p, "/"); out = dir "/" p[k]; next }
-    out != "" && /^\t/ { print substr($0, 2) > out; next }
-    { out = "" }' "$1/dry-run"
+    /\[dryrun\] Would write file "/ {
+      f = $0; sub(/.*\[dryrun\] Would write file "/, "", f); sub(/".*/, "", f)
+      k = split(f, p, "/"); out = dir "/" p[k]; next
+    }
+    /^\[/ { out = ""; next }
+    out != "" { print > out }' "$1/dry-run"
 }
 
 # flag_items FILE FLAG: the comma-separated items of one flag in a manifest, one a line.
@@ -74,7 +81,7 @@ $lost"; fi
 
 control_plane() {
   check
-  kubeadm upgrade node phase control-plane --etcd-upgrade=false \
+  kubeadm upgrade node phase control-plane $PHASE_FLAGS \
     || fail "kubeadm upgrade node phase control-plane failed (kubeadm rolled the manifests back); see its output above"
   mkdir -p "$STACK_DIR"
   printf '%s\n' "$OURS" >"$STACK_DIR/control-plane-items"

@@ -146,13 +146,13 @@ def test_control_plane_ssh_live_chain_runs_over_ssh_with_the_pinned_host_key(
         result = sshd.run(commands[name].inputs[which], pinned, env)
         assert result.returncode == 0, f"{name} {which}: {result.stderr}"
     assert host.kubeadm_calls() == [
-        "kubeadm upgrade node phase control-plane --dry-run --etcd-upgrade=false",
-        "kubeadm upgrade node phase control-plane --dry-run --etcd-upgrade=false",
-        "kubeadm upgrade node phase control-plane --etcd-upgrade=false",
+        "kubeadm upgrade node phase control-plane --dry-run --etcd-upgrade=false --certificate-renewal=false",
+        "kubeadm upgrade node phase control-plane --dry-run --etcd-upgrade=false --certificate-renewal=false",
+        "kubeadm upgrade node phase control-plane --etcd-upgrade=false --certificate-renewal=false",
         f"kubeadm upgrade node phase kubelet-config --patches {host.state}/dev/patches",
         "kubeadm upgrade node phase kubelet-config",
-        "kubeadm upgrade node phase control-plane --dry-run --etcd-upgrade=false",
-        "kubeadm upgrade node phase control-plane --etcd-upgrade=false",
+        "kubeadm upgrade node phase control-plane --dry-run --etcd-upgrade=false --certificate-renewal=false",
+        "kubeadm upgrade node phase control-plane --etcd-upgrade=false --certificate-renewal=false",
     ]
     assert "ExtendedResourceToleration" not in (host.manifests / "kube-apiserver.yaml").read_text()
 
