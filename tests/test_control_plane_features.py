@@ -336,6 +336,44 @@ def test_control_plane_features_host_destroy_regenerates_without_the_stacks_item
     assert not (host.state / "dev").exists()
 
 
+def test_control_plane_features_host_replaced_guard_keeps_the_record_while_kubeadm_renders_it(
+    tmp_path: Path,
+) -> None:
+    host = FakeHost(tmp_path)
+    commands = registered_commands(host)
+    with_plugin = {
+        "kube-apiserver": ("--enable-admission-plugins=NodeRestriction,ExtendedResourceToleration",)
+    }
+    host.set_manifests(host.render, with_plugin)
+    assert host.run(commands["cpf-control-plane-cp-1"].inputs["create"]).returncode == 0
+    # A guard replaced (new host key, say) runs its delete while the ConfigMap is unchanged.
+    replaced = host.run(commands["cpf-guard-cp-1"].inputs["delete"])
+    assert replaced.returncode == 0, replaced.stderr
+    record = host.state / "dev" / "control-plane-items"
+    assert "ExtendedResourceToleration" in record.read_text().split()
+    # So the real destroy later still knows the plugin was the stack's, not a hand edit.
+    host.set_manifests(
+        host.render, {"kube-apiserver": ("--enable-admission-plugins=NodeRestriction",)}
+    )
+    destroyed = host.run(commands["cpf-guard-cp-1"].inputs["delete"])
+    assert destroyed.returncode == 0, destroyed.stderr
+    assert not record.exists()
+
+
+def test_control_plane_features_host_kubelet_without_gates_to_set_writes_no_patch(
+    tmp_path: Path,
+) -> None:
+    # Every gate GA at its value: the ConfigMap edit reports no gates to set.
+    host = FakeHost(tmp_path)
+    command = registered_commands(host)["cpf-kubelet-gpu-1"].inputs["create"]
+    empty = command.replace("GATES=CPUManagerPolicyBetaOptions=true", "GATES=''")
+    assert empty != command
+    result = host.run(empty)
+    assert result.returncode == 0, result.stderr
+    assert not (host.state / "dev").exists()
+    assert host.kubeadm_calls() == []
+
+
 def test_control_plane_features_host_kubelet_patch_per_node_and_removal(tmp_path: Path) -> None:
     host = FakeHost(tmp_path)
     commands = registered_commands(host)
