@@ -216,6 +216,26 @@ def test_kubeadm_config_rerun_writes_nothing() -> None:
     assert api.writes == 1
 
 
+def test_kubeadm_config_refresh_sees_a_plugin_removed_behind_its_back() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    provider = _provider(api)
+    outs = _create(provider, _props())
+    in_sync = provider.read("id", outs).outs
+    assert in_sync is not None
+    assert provider.diff("id", in_sync, _props()).changes is False
+    doc = api.document()
+    doc["apiServer"]["extraArgs"][0]["value"] = "NodeRestriction"
+    api.cm["data"]["ClusterConfiguration"] = yaml.safe_dump(doc)
+    drifted = provider.read("id", outs).outs
+    assert drifted is not None
+    assert drifted["in_sync"] is False
+    assert provider.diff("id", drifted, _props()).changes is True
+    provider.update("id", drifted, _props())
+    assert api.args("apiServer")["enable-admission-plugins"] == (
+        "NodeRestriction,ExtendedResourceToleration"
+    )
+
+
 def test_kubeadm_config_edits_the_v1beta3_map_form() -> None:
     api = FakeConfigMapApi(V1BETA3)
     provider = _provider(api)

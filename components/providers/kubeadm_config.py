@@ -359,6 +359,10 @@ def recorded(cm: Mapping[str, Any], stack: str) -> Record:
 # --------------------------------------------------------------------------- provider
 
 
+def _wanted(props: Mapping[str, Any]) -> dict[str, dict[str, dict[str, str]]]:
+    return wanted_items(list(props.get("admission_plugins") or []), props.get("gates") or {})
+
+
 class KubeadmConfigProvider(ResourceProvider):
     """CRUD for one stack's additions to kube-system/kubeadm-config."""
 
@@ -371,13 +375,12 @@ class KubeadmConfigProvider(ResourceProvider):
 
     def _apply(self, props: Mapping[str, Any]) -> dict[str, Any]:
         api = self._api(props)
-        wanted = wanted_items(list(props.get("admission_plugins") or []), props.get("gates") or {})
         cm = read_modify_write(
             lambda: api.get_configmap(NAMESPACE, CONFIGMAP),
             lambda patch: api.merge_patch_configmap(NAMESPACE, CONFIGMAP, patch),
-            set_configuration(props["stack"], wanted),
+            set_configuration(props["stack"], _wanted(props)),
         )
-        return {**props, "added": recorded(cm, props["stack"])}
+        return {**props, "added": recorded(cm, props["stack"]), "in_sync": True}
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
         kubeconfig = news.get("kubeconfig")
@@ -409,15 +412,17 @@ class KubeadmConfigProvider(ResourceProvider):
         fields = ("admission_plugins", "gates", "kubeconfig", "context", "notes")
         changed = [k for k in fields if olds.get(k) != news.get(k)]
         replaces = ["stack"] if olds.get("stack") != news.get("stack") else []
-        if olds.get("added") != olds.get("live", olds.get("added")):
-            changed.append("added")  # changed behind the stack's back: put it back
+        if olds.get("in_sync") is False:
+            changed.append("in_sync")  # changed behind the stack's back: put it back
         return DiffResult(
             changes=bool(changed or replaces), replaces=replaces, delete_before_replace=True
         )
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
         cm = self._api(props).get_configmap(NAMESPACE, CONFIGMAP)
-        return ReadResult(id_=id_, outs={**props, "live": recorded(cm, props["stack"])})
+        # In sync when applying the configuration again would change nothing.
+        in_sync = set_configuration(props["stack"], _wanted(props))(cm) is None
+        return ReadResult(id_=id_, outs={**props, "in_sync": in_sync})
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         api = self._api(props)
