@@ -129,6 +129,10 @@ class ControlPlaneFeaturesArgs:
             keyless = [h.name for h in hosts if not h.host_key.strip()]
             if keyless:
                 raise ValueError(f"{key}: {keyless} have no host_key; every host key is pinned")
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", self.stack):
+            raise ValueError(
+                f"stack: got {self.stack!r}; expected a stack name (letters, digits, '_', '.', '-')"
+            )
         if not self.state_dir.startswith("/"):
             raise ValueError(f"state_dir: got {self.state_dir!r}; expected an absolute path")
         if self.ready_timeout_seconds < 1:

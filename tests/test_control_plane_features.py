@@ -196,6 +196,16 @@ def test_control_plane_features_rejects_a_host_without_a_pinned_key() -> None:
         )
 
 
+def test_control_plane_features_rejects_a_stack_name_that_is_not_a_directory_name() -> None:
+    with pytest.raises(ValueError, match=r"stack: got '\.\./etc'; expected a stack name"):
+        ControlPlaneFeaturesArgs(
+            access=None,  # type: ignore[arg-type]
+            ssh=SshAccess(user="ops"),
+            control_plane_hosts=[_host("cp-1", 11)],
+            stack="../etc",
+        )
+
+
 @pytest.mark.usefixtures("empty_kubeconfig_env")
 def test_control_plane_features_key_from_config_never_reaches_plain_outputs(
     monkeypatch: pytest.MonkeyPatch,
