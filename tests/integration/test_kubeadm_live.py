@@ -7,18 +7,24 @@
    toleration to a pod requesting `example.com/dongle`. After destroy the rendering has only
    the original plugins, and that API server adds no toleration. Only those two flags: the
    others point at kubeadm's certificates and etcd, which the harness supplies its own way.
-2. The host check (components/hostscripts/kubeadm.sh) runs on the real
-   `kubeadm upgrade node phase control-plane --dry-run` output: kubeadm reads the cluster (the
-   harness, with the objects kubeadm looks up for a control-plane node) and a host root in a
-   temporary directory (`--rootfs`, which needs root). Manifests kubeadm rendered pass; a hand
-   edit is refused by name.
+2. The host commands (components/hostscripts/kubeadm.sh) with the real kubeadm, which reads
+   the cluster (the harness, with the objects kubeadm looks up for a control-plane node) and a
+   host root in a temporary directory (`--rootfs`, which needs root); `FakeKubelet` keeps the
+   mirror pods a kubelet would. The check runs on kubeadm's own
+   `upgrade node phase control-plane --dry-run` output: kubeadm's manifests pass, a hand edit
+   is refused by name. The control-plane command then runs kubeadm's upgrade phase for real:
+   it writes the manifest with the stack's plugin, backs up the one it replaced, waits for the
+   new static pod, and leaves the unchanged components alone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import socket
 import subprocess
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -51,8 +57,12 @@ apiServer:
 controllerManager: {}
 scheduler: {}
 etcd:
-  local:
-    dataDir: /var/lib/etcd
+  external:
+    endpoints:
+    - https://10.0.0.5:2379
+    caFile: /etc/kubernetes/pki/etcd/ca.crt
+    certFile: /etc/kubernetes/pki/apiserver-etcd-client.crt
+    keyFile: /etc/kubernetes/pki/apiserver-etcd-client.key
 networking:
   dnsDomain: cluster.local
   serviceSubnet: 10.96.0.0/12
@@ -79,9 +89,8 @@ def kubeadm() -> Path:
 def kubeadm_cluster(control_plane: LocalControlPlane, api_client: Any) -> Iterator[str]:
     """What kubeadm reads for a control-plane node named after this host; yields the node name.
 
-    kubeadm-config and kubelet-config ConfigMaps, the Node (kubeadm falls back to the host
-    name without /etc/kubernetes/kubelet.conf) and its kube-apiserver mirror pod, whose
-    annotation gives kubeadm the node's API endpoint.
+    kubeadm-config and kubelet-config ConfigMaps and the Node (kubeadm falls back to the host
+    name without /etc/kubernetes/kubelet.conf). Its mirror pods come from `FakeKubelet`.
     """
     core = client.CoreV1Api(api_client)
     node = socket.gethostname().lower()
@@ -113,31 +122,6 @@ def kubeadm_cluster(control_plane: LocalControlPlane, api_client: Any) -> Iterat
     except client.ApiException as exc:
         if exc.status != 409:
             raise
-    pod = f"kube-apiserver-{node}"
-    core.create_namespaced_pod(
-        "kube-system",
-        client.V1Pod(
-            metadata=client.V1ObjectMeta(
-                name=pod,
-                labels={"component": "kube-apiserver", "tier": "control-plane"},
-                annotations={
-                    "kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint": (
-                        f"{ADVERTISE}:6443"
-                    )
-                },
-            ),
-            spec=client.V1PodSpec(
-                node_name=node,
-                automount_service_account_token=False,
-                containers=[
-                    client.V1Container(
-                        name="kube-apiserver", image="registry.k8s.io/kube-apiserver:v1.37.2"
-                    )
-                ],
-            ),
-        ),
-    )
-    objects.append(lambda: core.delete_namespaced_pod(pod, "kube-system", grace_period_seconds=0))
     try:
         yield node
     finally:
@@ -254,53 +238,186 @@ def test_kubeadm_live_renders_the_stacks_change_and_the_api_server_admits_with_i
     assert _pod_tolerations(control_plane_factory(flags)) == []
 
 
-def _rootfs_kubeadm(tmp_path: Path, kubeadm: Path, kubeconfig: str) -> tuple[Path, Path]:
-    """A host root for `kubeadm --rootfs` and a `kubeadm` on PATH that uses it."""
-    root = tmp_path / "rootfs"
-    (root / "etc" / "kubernetes" / "manifests").mkdir(parents=True)
-    (root / "kubeconfig").write_text(kubeconfig)
-    bin_dir = tmp_path / "real-bin"
-    bin_dir.mkdir()
-    wrapper = bin_dir / "kubeadm"
-    wrapper.write_text(
-        f'#!/bin/sh\necho "kubeadm $*" >>"$CALLS"\n'
-        f'exec {kubeadm} "$@" --kubeconfig /kubeconfig --rootfs {root}\n'
-    )
-    wrapper.chmod(0o755)
-    return root, bin_dir
+class FakeKubelet:
+    """Mirror pods for the static pods in a host root, as the kubelet would keep them.
+
+    kubeadm reads the node's API endpoint from the kube-apiserver mirror pod and, after writing
+    a manifest, waits for that component's mirror pod to come back with a new
+    `kubernetes.io/config.hash` and to be running. A thread does that here whenever a manifest
+    changes (the kubelet would also restart the container, which is not needed for this).
+    """
+
+    def __init__(self, core: client.CoreV1Api, node: str, manifests: Path) -> None:
+        self.core, self.node, self.manifests = core, node, manifests
+        self.seen = {c: self._hash(c) for c in COMPONENTS}
+        for component, digest in self.seen.items():
+            self._mirror(component, digest, replace=False)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _hash(self, component: str) -> str:
+        data = (self.manifests / f"{component}.yaml").read_bytes()
+        return hashlib.sha256(data).hexdigest()[:16]
+
+    def _mirror(self, component: str, digest: str, replace: bool) -> None:
+        name = f"{component}-{self.node}"
+        if replace:  # mirror annotations are immutable: the kubelet recreates the pod
+            self.core.delete_namespaced_pod(name, "kube-system", grace_period_seconds=0)
+        annotations = {"kubernetes.io/config.hash": digest, "kubernetes.io/config.mirror": digest}
+        if component == "kube-apiserver":
+            endpoint = "kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint"
+            annotations[endpoint] = f"{ADVERTISE}:6443"
+        self.core.create_namespaced_pod(
+            "kube-system",
+            client.V1Pod(
+                metadata=client.V1ObjectMeta(
+                    name=name,
+                    labels={"component": component, "tier": "control-plane"},
+                    annotations=annotations,
+                ),
+                spec=client.V1PodSpec(
+                    node_name=self.node,
+                    automount_service_account_token=False,
+                    containers=[client.V1Container(name=component, image="registry.invalid/x:1")],
+                ),
+            ),
+        )
+        running = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        self.core.patch_namespaced_pod_status(name, "kube-system", {"status": running})
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            for component, before in self.seen.items():
+                try:
+                    now = self._hash(component)
+                except FileNotFoundError:  # between kubeadm's move and write
+                    continue
+                if now != before:
+                    self.seen[component] = now
+                    self._mirror(component, now, replace=True)
+
+    def __enter__(self) -> FakeKubelet:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        for component in COMPONENTS:
+            self.core.delete_namespaced_pod(
+                f"{component}-{self.node}", "kube-system", grace_period_seconds=0
+            )
 
 
-def test_kubeadm_live_host_check_reads_kubeadms_own_dry_run(
+class KubeadmHost:
+    """A host root for `kubeadm --rootfs` (kubeadm's own manifests for the cluster's
+    configuration, the etcd client files its upgrade loads) and a `kubeadm` on PATH for the
+    host script that runs the real binary chrooted there."""
+
+    def __init__(
+        self, tmp_path: Path, kubeadm: Path, cp: LocalControlPlane, node: str, api_client: Any
+    ) -> None:
+        self.root = tmp_path / "rootfs"
+        self.manifests = self.root / "etc" / "kubernetes" / "manifests"
+        self.manifests.mkdir(parents=True)
+        (self.root / "kubeconfig").write_text(cp.kubeconfig_yaml())
+        pki = self.root / "etc" / "kubernetes" / "pki"
+        (pki / "etcd").mkdir(parents=True)
+        shutil.copy(cp.ca_path, pki / "etcd" / "ca.crt")
+        shutil.copy(cp.admin_cert_path, pki / "apiserver-etcd-client.crt")
+        shutil.copy(cp.admin_key_path, pki / "apiserver-etcd-client.key")
+        rendered = _render(
+            kubeadm, tmp_path, _cluster_configuration(api_client), node, rootfs=self.root
+        )
+        for component in COMPONENTS:
+            shutil.copy(rendered / f"{component}.yaml", self.manifests / f"{component}.yaml")
+        self.bin = tmp_path / "real-bin"
+        self.bin.mkdir()
+        wrapper = self.bin / "kubeadm"
+        wrapper.write_text(
+            f'#!/bin/sh\necho "kubeadm $*" >>"$CALLS"\n'
+            f'exec {kubeadm} "$@" --kubeconfig /kubeconfig --rootfs {self.root}\n'
+        )
+        wrapper.chmod(0o755)
+
+    def env(self) -> dict[str, str]:
+        return {"PATH": f"{self.bin}:/usr/bin:/bin", "MANIFESTS": str(self.manifests)}
+
+    def backups(self) -> list[Path]:
+        return sorted(
+            (self.root / "etc" / "kubernetes" / "tmp").glob("kubeadm-backup-manifests-*/*")
+        )
+
+
+@pytest.fixture
+def kubeadm_host(
+    tmp_path: Path,
     kubeadm: Path,
     kubeadm_cluster: str,
     control_plane: LocalControlPlane,
     api_client: Any,
-    tmp_path: Path,
-) -> None:
+) -> Iterator[tuple[KubeadmHost, FakeKubelet]]:
     if os.geteuid() != 0:
         pytest.skip("kubeadm --rootfs chroots, which needs root")
-    root, bin_dir = _rootfs_kubeadm(tmp_path, kubeadm, control_plane.kubeconfig_yaml())
-    manifests = root / "etc" / "kubernetes" / "manifests"
-    rendered = _render(
-        kubeadm, tmp_path, _cluster_configuration(api_client), kubeadm_cluster, rootfs=root
-    )
-    for component in COMPONENTS:
-        (manifests / f"{component}.yaml").write_text((rendered / f"{component}.yaml").read_text())
+    host = KubeadmHost(tmp_path, kubeadm, control_plane, kubeadm_cluster, api_client)
+    with FakeKubelet(client.CoreV1Api(api_client), kubeadm_cluster, host.manifests) as kubelet:
+        yield host, kubelet
+
+
+def test_kubeadm_live_host_check_reads_kubeadms_own_dry_run(
+    kubeadm_host: tuple[KubeadmHost, FakeKubelet], tmp_path: Path
+) -> None:
+    real, _ = kubeadm_host
     (tmp_path / "host").mkdir()
     host = FakeHost(tmp_path / "host")
     check = registered_commands(host)["cpf-guard-cp-1"].inputs["create"]
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "MANIFESTS": str(manifests)}
 
-    passed = host.run(check, env)
+    passed = host.run(check, real.env())
     assert passed.returncode == 0, passed.stderr
     assert "control-plane manifests match kubeadm's rendering" in passed.stderr
 
-    scheduler = manifests / "kube-scheduler.yaml"
+    scheduler = real.manifests / "kube-scheduler.yaml"
     scheduler.write_text(
         scheduler.read_text().replace(
             "    - --bind-address", "    - --profiling=false\n    - --bind-address"
         )
     )
-    refused = host.run(check, env)
+    refused = host.run(check, real.env())
     assert refused.returncode == 1
     assert f"{scheduler}:\n    - --profiling=false" in refused.stderr
+
+
+def test_kubeadm_live_host_regenerates_with_kubeadms_upgrade_phase(
+    kubeadm_host: tuple[KubeadmHost, FakeKubelet],
+    control_plane: LocalControlPlane,
+    tmp_path: Path,
+) -> None:
+    real, kubelet = kubeadm_host
+    apiserver = real.manifests / "kube-apiserver.yaml"
+    before = apiserver.read_text()
+    unchanged = {c: kubelet.seen[c] for c in COMPONENTS if c != "kube-apiserver"}
+    KubeadmConfigProvider().create(
+        {
+            "stack": "dev",
+            "admission_plugins": ["ExtendedResourceToleration"],
+            "feature_gates": {},
+            "gates": {},
+            "notes": {},
+            "kubeconfig": control_plane.kubeconfig_yaml(),
+            "context": "",
+        }
+    )
+    (tmp_path / "host").mkdir()
+    host = FakeHost(tmp_path / "host")
+    command = registered_commands(host, feature_gates={})["cpf-control-plane-cp-1"]
+
+    result = host.run(command.inputs["create"], real.env())
+    assert result.returncode == 0, result.stderr
+    assert "- --enable-admission-plugins=NodeRestriction,ExtendedResourceToleration" in (
+        apiserver.read_text()
+    )
+    # kubeadm backed up the manifest it replaced, and left the unchanged ones alone.
+    (backup,) = real.backups()
+    assert backup.name == "kube-apiserver.yaml"
+    assert backup.read_text() == before
+    assert {c: kubelet.seen[c] for c in unchanged} == unchanged
