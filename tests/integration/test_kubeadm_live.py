@@ -14,7 +14,9 @@
    `upgrade node phase control-plane --dry-run` output: kubeadm's manifests pass, a hand edit
    is refused by name. The control-plane command then runs kubeadm's upgrade phase for real:
    it writes the manifest with the stack's plugin, backs up the one it replaced, waits for the
-   new static pod, and leaves the unchanged components alone.
+   new static pod, and leaves the unchanged components alone. When the new pod never comes
+   (the stand-in kubelet stopped; kubeadm's wait shortened to 20 s by an UpgradeConfiguration),
+   kubeadm puts the old manifest back and the command fails saying so.
 """
 
 from __future__ import annotations
@@ -296,13 +298,17 @@ class FakeKubelet:
                     self.seen[component] = now
                     self._mirror(component, now, replace=True)
 
+    def stop(self) -> None:
+        """Stop recreating mirror pods, as a kubelet that cannot start the new pod."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+
     def __enter__(self) -> FakeKubelet:
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+        self.stop()
         for component in COMPONENTS:
             self.core.delete_namespaced_pod(
                 f"{component}-{self.node}", "kube-system", grace_period_seconds=0
@@ -334,9 +340,15 @@ class KubeadmHost:
         self.bin = tmp_path / "real-bin"
         self.bin.mkdir()
         wrapper = self.bin / "kubeadm"
+        # kubeadm's wait for a new static pod, 5 minutes by default, shortened for the tests.
+        (self.root / "upgrade.yaml").write_text(
+            "apiVersion: kubeadm.k8s.io/v1beta4\nkind: UpgradeConfiguration\n"
+            "timeouts:\n  upgradeManifests: 20s\n"
+        )
         wrapper.write_text(
             f'#!/bin/sh\necho "kubeadm $*" >>"$CALLS"\n'
-            f'exec {kubeadm} "$@" --kubeconfig /kubeconfig --rootfs {self.root}\n'
+            f'exec {kubeadm} "$@" --config /upgrade.yaml --kubeconfig /kubeconfig '
+            f"--rootfs {self.root}\n"
         )
         wrapper.chmod(0o755)
 
@@ -421,3 +433,38 @@ def test_kubeadm_live_host_regenerates_with_kubeadms_upgrade_phase(
     assert backup.name == "kube-apiserver.yaml"
     assert backup.read_text() == before
     assert {c: kubelet.seen[c] for c in unchanged} == unchanged
+
+
+def test_kubeadm_live_host_failure_is_rolled_back_by_kubeadm_and_stops_the_command(
+    kubeadm_host: tuple[KubeadmHost, FakeKubelet],
+    control_plane: LocalControlPlane,
+    tmp_path: Path,
+) -> None:
+    real, kubelet = kubeadm_host
+    kubelet.stop()  # the new kube-apiserver never comes up
+    apiserver = real.manifests / "kube-apiserver.yaml"
+    before = apiserver.read_text()
+    KubeadmConfigProvider().create(
+        {
+            "stack": "dev",
+            "admission_plugins": ["ExtendedResourceToleration"],
+            "feature_gates": {},
+            "gates": {},
+            "notes": {},
+            "kubeconfig": control_plane.kubeconfig_yaml(),
+            "context": "",
+        }
+    )
+    (tmp_path / "host").mkdir()
+    host = FakeHost(tmp_path / "host")
+    command = registered_commands(host, feature_gates={})["cpf-control-plane-cp-1"]
+
+    result = host.run(command.inputs["create"], real.env())
+    assert result.returncode == 1
+    assert "kubeadm has tried to recover everything into the earlier state" in result.stderr
+    assert (
+        "kubeadm upgrade node phase control-plane failed (kubeadm rolled the manifests back)"
+        in (result.stderr)
+    )
+    assert apiserver.read_text() == before
+    assert not (host.state / "dev").exists()  # nothing recorded for a failed run
