@@ -114,11 +114,10 @@ record_items() {
 # patches in $STACK_DIR/patches, then the kubelet restarts; unhealthy -> old config back.
 kubelet_phase() {
   cp -p "$KUBELET_CONFIG" "$KUBELET_CONFIG.gpu-cluster-before"
-  if [ -d "$STACK_DIR/patches" ]; then
-    kubeadm upgrade node phase kubelet-config --patches "$STACK_DIR/patches"
-  else
-    kubeadm upgrade node phase kubelet-config
-  fi || fail "kubeadm upgrade node phase kubelet-config failed"
+  set -- kubeadm upgrade node phase kubelet-config
+  [ ! -d "$STACK_DIR/patches" ] || set -- "$@" --patches "$STACK_DIR/patches"
+  # kubeadm names its backup directory by the second: a second run within it fails once.
+  "$@" || { sleep 1; "$@"; } || fail "kubeadm upgrade node phase kubelet-config failed"
   systemctl restart kubelet
   end=$(($(date +%s) + TIMEOUT))
   until [ "$(curl -s --max-time 3 "$HEALTHZ" 2>/dev/null || true)" = ok ]; do

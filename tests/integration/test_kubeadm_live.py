@@ -16,7 +16,9 @@
    it writes the manifest with the stack's plugin, backs up the one it replaced, waits for the
    new static pod, and leaves the unchanged components alone. When the new pod never comes
    (the stand-in kubelet stopped; kubeadm's wait shortened to 20 s by an UpgradeConfiguration),
-   kubeadm puts the old manifest back and the command fails saying so.
+   kubeadm puts the old manifest back and the command fails saying so. The kubelet command's
+   patch goes through kubeadm's `upgrade node phase kubelet-config --patches` into the
+   kubelet's config file, and its removal takes the gates out again.
 """
 
 from __future__ import annotations
@@ -468,3 +470,37 @@ def test_kubeadm_live_host_failure_is_rolled_back_by_kubeadm_and_stops_the_comma
     )
     assert apiserver.read_text() == before
     assert not (host.state / "dev").exists()  # nothing recorded for a failed run
+
+
+def test_kubeadm_live_kubelet_patch_goes_through_kubeadms_kubelet_config_phase(
+    kubeadm_host: tuple[KubeadmHost, FakeKubelet], tmp_path: Path
+) -> None:
+    real, _ = kubeadm_host
+    kubelet_config = real.root / "var" / "lib" / "kubelet" / "config.yaml"
+    kubelet_config.parent.mkdir(parents=True)
+    kubelet_config.write_text(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+    )
+    (tmp_path / "host").mkdir()
+    host = FakeHost(tmp_path / "host")
+    # The stack's directory at the same path outside and inside kubeadm's chroot.
+    inside = real.root / str(host.state).lstrip("/")
+    inside.mkdir(parents=True)
+    host.state.symlink_to(inside)
+    kubelet = registered_commands(host)["cpf-kubelet-gpu-1"].inputs
+    env = {
+        "PATH": f"{real.bin}:{host.root / 'bin'}:/usr/bin:/bin",
+        "KUBELET_CONFIG": str(kubelet_config),
+    }
+
+    applied = host.run(kubelet["create"], env)
+    assert applied.returncode == 0, applied.stderr
+    written = yaml.safe_load(kubelet_config.read_text())
+    assert written["featureGates"] == {"CPUManagerPolicyBetaOptions": True}
+    assert written["staticPodPath"] == "/etc/kubernetes/manifests"  # from the kubelet-config CM
+    assert "systemctl restart kubelet" in host.calls.read_text()
+
+    removed = host.run(kubelet["delete"], env)
+    assert removed.returncode == 0, removed.stderr
+    assert "featureGates" not in yaml.safe_load(kubelet_config.read_text())
+    assert not (inside / "dev").exists()
