@@ -51,7 +51,9 @@ extended_nodes = {
 # tainted (GPU pods admitted before it would lack it).
 control_plane = None
 if config.control_plane.enabled:
-    control_plane = ControlPlaneFeatures("control-plane", config.control_plane_args())
+    control_plane = ControlPlaneFeatures(
+        "control-plane", config.control_plane_args(access, pulumi.get_stack())
+    )
 
 gpu_pool = TaintedGpuPool(
     "gpu-pool",

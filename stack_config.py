@@ -24,6 +24,7 @@ from pydantic import AfterValidator, Field, ValidationError, model_validator
 from pydantic_core import core_schema
 
 from components.binpack_scheduler import BinpackSchedulerSettings
+from components.cluster_access import ClusterAccess
 from components.control_plane_features import ControlPlaneFeaturesArgs
 from components.control_plane_settings import ControlPlaneSettings
 from components.extended_resource_node import ExtendedResourcesSettings
@@ -320,12 +321,13 @@ class StackConfig(Settings):
             )
         return tuple(found)
 
-    def control_plane_args(self) -> ControlPlaneFeaturesArgs:
+    def control_plane_args(self, access: ClusterAccess, stack: str) -> ControlPlaneFeaturesArgs:
         """ControlPlaneFeatures' inputs: controlPlane with hosts resolved to their addresses."""
         return self.control_plane.args(
+            access=access,
+            stack=stack,
             ssh_private_key=self.ssh_private_key,
             addresses={node.name: node.address for node in self.nodes},
-            kubernetes_version=self.kubernetes_version,
         )
 
 

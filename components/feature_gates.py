@@ -3,9 +3,8 @@
 kube-apiserver and the kubelet refuse to start on a feature gate name they do not know, so the
 config loader rejects one before anything is applied. feature_gates.json lists every gate of the
 newest supported Kubernetes with the minor version it appeared in (tools/feature_gates.py writes
-it from the Kubernetes sources). Gates with a recorded lifecycle in the host editor
-(kube_flags_edit.GATE_LIFECYCLE, removed ones included) are left to its version filter, which
-leaves out locked, removed and not-yet-introduced gates with a warning.
+it from the Kubernetes sources). Whether a known gate is locked on the running cluster is asked
+of the cluster itself at preview (ControlPlaneFeatures' check of `kubernetes_feature_enabled`).
 """
 
 from __future__ import annotations
@@ -13,11 +12,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from components.hostscripts.kube_flags_edit import GATE_LIFECYCLE, parse_version
 
 DATA_FILE = Path(__file__).resolve().parent / "feature_gates.json"
 # Accepted by every component's --feature-gates whatever the version.
 ALWAYS_KNOWN = ("AllAlpha", "AllBeta")
+
+
+def parse_version(version: str) -> tuple[int, int]:
+    """(major, minor) of "v1.37.2" or "1.37"."""
+    major, minor = version.lstrip("v").split(".")[:2]
+    return int(major), int(minor)
 
 
 def _load() -> tuple[str, dict[str, tuple[int, int]]]:
@@ -31,7 +35,7 @@ SOURCE, FIRST_VERSION = _load()
 
 def unknown_gate_problem(name: str, version: str) -> str | None:
     """Why gate `name` cannot be set on a cluster of `version`, or None when it can."""
-    if name in ALWAYS_KNOWN or name in GATE_LIFECYCLE:
+    if name in ALWAYS_KNOWN:
         return None
     first = FIRST_VERSION.get(name)
     if first is None:

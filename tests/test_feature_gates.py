@@ -58,7 +58,6 @@ def test_feature_gates_known_gate_passes(version: str) -> None:
     assert unknown_gate_problem("AllAlpha", version) is None
 
 
-def test_feature_gates_lifecycle_gates_are_left_to_the_host_editors_filter() -> None:
-    # DRAConsumableCapacity has a recorded lifecycle: the editor leaves it out with a warning
-    # where it does not exist, instead of the config refusing the stack.
-    assert unknown_gate_problem("DRAConsumableCapacity", "v1.30.0") is None
+def test_feature_gates_too_new_for_the_version_are_refused() -> None:
+    # DRAConsumableCapacity appeared in v1.34: a v1.30 API server would refuse to start on it.
+    assert "first appears in v1.34" in str(unknown_gate_problem("DRAConsumableCapacity", "v1.30.0"))

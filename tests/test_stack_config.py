@@ -9,6 +9,7 @@ from typing import Any
 import pulumi
 import pytest
 
+from components.cluster_access import ClusterAccess
 from stack_config import ConfigError, StackConfig, decode_raw_config, parse_stack_config
 from tests.conftest import stack_config
 
@@ -339,12 +340,16 @@ _CP_NODES = [
     {"name": "cpu-1"},
 ]
 _CP_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA-test-only\n-----END OPENSSH PRIVATE KEY-----\n"
+_HOST_KEYS = {
+    "cp-1": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIC1jcDE root@cp-1",
+    "gpu-1": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGdwdTE root@gpu-1",
+}
 
 
 def _control_plane_problems(
     sshPrivateKey: str = _CP_KEY, kubernetesVersion: str = "v1.37.2", **fields: Any
 ) -> list[str]:
-    section = {"enabled": True, "user": "ops", "hosts": ["cp-1"], **fields}
+    section = {"enabled": True, "user": "ops", "hosts": ["cp-1"], "hostKeys": _HOST_KEYS, **fields}
     with pytest.raises(ConfigError) as excinfo:
         parse_stack_config(
             {
@@ -367,11 +372,13 @@ def test_config_control_plane_key_is_a_pulumi_secret_output() -> None:
                 "user": "ops",
                 "hosts": ["cp-1"],
                 "kubeletHosts": ["gpu-1"],
+                "hostKeys": _HOST_KEYS,
                 "featureGates": {"InPlacePodVerticalScaling": True},
             },
         }
     )
-    cp = config.control_plane_args()
+    access = ClusterAccess.create("cluster", "apiVersion: v1\nkind: Config\n", None)
+    cp = config.control_plane_args(access, "dev")
     assert [(h.name, h.address) for h in cp.control_plane_hosts] == [("cp-1", "10.0.0.11")]
     assert isinstance(cp.ssh.private_key, pulumi.Output)
     assert _CP_KEY not in repr(config)
@@ -395,7 +402,7 @@ def test_config_rejects_unknown_admission_plugin() -> None:
     (problem,) = _control_plane_problems(admissionPlugins=["ExtendedResourceTolerations"])
     assert problem.startswith(
         "gpu-cluster:controlPlane.admissionPlugins[0]: got 'ExtendedResourceTolerations'; "
-        "unknown admission plugin; allowed: AlwaysAdmit, "
+        "unknown admission plugin in kube-apiserver v1.37.2; allowed: AlwaysAdmit, "
     )
     assert "ExtendedResourceToleration, " in problem
 
@@ -696,7 +703,12 @@ def test_config_rejects_ssh_key_stored_in_plain_text() -> None:
             {
                 "nodes": _CP_NODES,
                 "sshPrivateKey": _CP_KEY,
-                "controlPlane": {"enabled": True, "user": "ops", "hosts": ["cp-1"]},
+                "controlPlane": {
+                    "enabled": True,
+                    "user": "ops",
+                    "hosts": ["cp-1"],
+                    "hostKeys": _HOST_KEYS,
+                },
             },
             secret_keys=set(),
         )
@@ -801,8 +813,8 @@ def test_config_never_shows_the_value_of_a_mistyped_nested_key() -> None:
     problems = _control_plane_problems(sshPrivatekey=_CP_KEY)
     assert problems == [
         "gpu-cluster:controlPlane.sshPrivatekey: unknown key; allowed: enabled, user, port, "
-        "sshAgent, hosts, kubeletHosts, admissionPlugins, featureGates, readyTimeoutSeconds, "
-        "persistKubeadmConfig"
+        "sshAgent, hostKeys, hosts, kubeletHosts, admissionPlugins, featureGates, "
+        "readyTimeoutSeconds, stateDir"
     ]
 
 

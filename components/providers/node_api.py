@@ -26,12 +26,16 @@ class NodeApiError(RuntimeError):
     """A node operation failed; the message names the node and the API server."""
 
 
-class NodeNotFound(NodeApiError):
+class NotFound(NodeApiError):
+    """The object does not exist."""
+
+
+class NodeNotFound(NotFound):
     """The node does not exist."""
 
 
 class Conflict(NodeApiError):
-    """The node changed since it was read (resourceVersion precondition failed)."""
+    """The object changed since it was read (resourceVersion precondition failed)."""
 
 
 class NodeApi(Protocol):
@@ -80,37 +84,54 @@ def flatten_kubeconfig(path: Path) -> str:
     return yaml.safe_dump(document, sort_keys=False)
 
 
+def api_client_from_kubeconfig(kubeconfig: str, context: str | None) -> Any:
+    """A `kubernetes.client.ApiClient` from kubeconfig content ("" uses the default lookup)."""
+    from kubernetes import config
+
+    try:
+        document = yaml.safe_load(kubeconfig) if kubeconfig.strip() else None
+    except yaml.YAMLError as exc:
+        raise NodeApiError(f"the kubeconfig is not valid YAML: {exc}") from exc
+    try:
+        if document:
+            return config.new_client_from_config_dict(document, context=context)
+        return config.new_client_from_config(context=context)
+    except Exception as exc:
+        raise NodeApiError(f"cannot load kubeconfig (context {context!r}): {exc}") from exc
+
+
+def call_api(
+    server: str,
+    subject: str,
+    what: str,
+    fn: Callable[[], Any],
+    not_found: type[NotFound] = NotFound,
+) -> Any:
+    """Run one client call; map its failure to an error naming `subject` and the server."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return fn()
+    except ApiException as exc:
+        raise api_error(exc.status, _reason(exc), subject, what, server, not_found) from exc
+    except Exception as exc:  # connection refused, DNS, TLS
+        raise NodeApiError(
+            f"cannot {what} {subject}: API server {server} unreachable: {exc}"
+        ) from exc
+
+
 class KubeNodeApi:
     """NodeApi over the official kubernetes client."""
 
     def __init__(self, kubeconfig: str, context: str | None) -> None:
-        from kubernetes import client, config
+        from kubernetes import client
 
-        try:
-            document = yaml.safe_load(kubeconfig) if kubeconfig.strip() else None
-        except yaml.YAMLError as exc:
-            raise NodeApiError(f"the kubeconfig is not valid YAML: {exc}") from exc
-        try:
-            if document:
-                api_client = config.new_client_from_config_dict(document, context=context)
-            else:
-                api_client = config.new_client_from_config(context=context)
-        except Exception as exc:
-            raise NodeApiError(f"cannot load kubeconfig (context {context!r}): {exc}") from exc
+        api_client = api_client_from_kubeconfig(kubeconfig, context)
         self.server = str(api_client.configuration.host)
         self._core = client.CoreV1Api(api_client)
 
     def _call(self, node: str, what: str, fn: Callable[[], Any]) -> dict[str, Any]:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            response = fn()
-        except ApiException as exc:
-            raise _api_error(exc.status, _reason(exc), node, what, self.server) from exc
-        except Exception as exc:  # connection refused, DNS, TLS
-            raise NodeApiError(
-                f"cannot {what} node {node!r}: API server {self.server} unreachable: {exc}"
-            ) from exc
+        response = call_api(self.server, f"node {node!r}", what, fn, NodeNotFound)
         return dict(json.loads(response.data))
 
     def get_node(self, name: str) -> dict[str, Any]:
@@ -151,19 +172,29 @@ def _reason(exc: Any) -> str:
 
 
 def _api_error(status: int, reason: str, node: str, what: str, server: str) -> NodeApiError:
-    """Map an HTTP status to the error a platform engineer can act on."""
+    """Map an HTTP status on a node call to the error a platform engineer can act on."""
+    return api_error(status, reason, f"node {node!r}", what, server, NodeNotFound)
+
+
+def api_error(
+    status: int,
+    reason: str,
+    subject: str,
+    what: str,
+    server: str,
+    not_found: type[NotFound] = NotFound,
+) -> NodeApiError:
+    """Map an HTTP status to an error naming `subject` (e.g. "node 'gpu-1'") and the server."""
     if status == 404:
-        return NodeNotFound(f"node {node!r} not found on API server {server}")
+        return not_found(f"{subject} not found on API server {server}")
     if status == 409:
-        return Conflict(f"node {node!r} changed on API server {server} while updating it: {reason}")
+        return Conflict(f"{subject} changed on API server {server} while updating it: {reason}")
     if status in (401, 403):
         return NodeApiError(
-            f"API server {server} refused the credentials to {what} node {node!r} "
+            f"API server {server} refused the credentials to {what} {subject} "
             f"(HTTP {status}): {reason}"
         )
-    return NodeApiError(
-        f"cannot {what} node {node!r} on API server {server} (HTTP {status}): {reason}"
-    )
+    return NodeApiError(f"cannot {what} {subject} on API server {server} (HTTP {status}): {reason}")
 
 
 Connect = Callable[[str, "str | None"], NodeApi]
@@ -183,22 +214,40 @@ def update_node(
     attempts: int = 8,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
-    """Read-modify-write of one node, retried when someone else wrote in between.
+    """Read-modify-write of one node, retried when someone else wrote in between."""
+    return read_modify_write(
+        lambda: api.get_node(name),
+        lambda patch: api.merge_patch(name, patch),
+        mutate,
+        attempts=attempts,
+        sleep=sleep,
+    )
 
-    `mutate` gets the live node and returns a merge patch (without resourceVersion) or None
+
+def read_modify_write(
+    read: Callable[[], dict[str, Any]],
+    write: Callable[[dict[str, Any]], dict[str, Any]],
+    mutate: Mutate,
+    *,
+    attempts: int = 8,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """Read-modify-write of one object, retried when someone else wrote in between.
+
+    `mutate` gets the live object and returns a merge patch (without resourceVersion) or None
     when nothing needs to change. The patch carries the resourceVersion that was read, so
-    the API server rejects it with 409 if the node moved on; the loop then re-reads and
-    re-applies `mutate` to the fresh node, so a concurrent write is never lost.
+    the API server rejects it with 409 if the object moved on; the loop then re-reads and
+    re-applies `mutate` to the fresh object, so a concurrent write is never lost.
     """
     for attempt in range(attempts):
-        node = api.get_node(name)
-        patch = mutate(node)
+        live = read()
+        patch = mutate(live)
         if patch is None:
-            return node
-        version = node.get("metadata", {}).get("resourceVersion")
+            return live
+        version = live.get("metadata", {}).get("resourceVersion")
         patch = {**patch, "metadata": {**patch.get("metadata", {}), "resourceVersion": version}}
         try:
-            return api.merge_patch(name, patch)
+            return write(patch)
         except Conflict:
             if attempt == attempts - 1:
                 raise

@@ -1,0 +1,124 @@
+"""KubeadmConfig under the real Pulumi engine, against the harness's kube-apiserver.
+
+The engine serializes the provider into pulumi-resource-pulumi-python and calls check, diff,
+create, update and delete with its own state: the gate check at preview, a second `up` that
+changes nothing, an update in place, and a destroy that leaves the ConfigMap as it was.
+The remote commands of the layer need pulumi-command, which cannot be built here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+from kubernetes import client
+from pulumi import automation as auto
+
+from components.providers.kubeadm_config import KubeadmConfig
+from tests.integration.conftest import require_tools
+from tests.integration.test_kubeadm_config_live import CLUSTER_CONFIGURATION
+from tools.harness import CONTROL_PLANE_TOOLS, LocalControlPlane
+from tools.harness.pulumi_engine import PULUMI_ENGINE_TOOLS, inline_stack
+
+
+def _program(kubeconfig: str, plugins: list[str], gates: dict[str, bool]) -> auto.PulumiFn:
+    def program() -> None:
+        config = KubeadmConfig(
+            "kubeadm-config",
+            stack="engine",
+            admission_plugins=plugins,
+            feature_gates=gates,
+            kubeconfig=pulumi.Output.secret(kubeconfig),
+        )
+        pulumi.export("gates", config.gates)
+        pulumi.export("notes", config.notes)
+
+    return program
+
+
+class Engine:
+    def __init__(self, cp: LocalControlPlane, state_dir: Path) -> None:
+        self.cp = cp
+        self.state_dir = state_dir
+        self.api = cp.api_client()
+        self.core = client.CoreV1Api(self.api)
+
+    def stack(self, plugins: list[str], gates: dict[str, bool]) -> auto.Stack:
+        program = _program(self.cp.kubeconfig_yaml(), plugins, gates)
+        return inline_stack("gpu-cluster-kubeadm", "engine", program, self.state_dir)
+
+    def document(self) -> dict[str, Any]:
+        cm = self.core.read_namespaced_config_map("kubeadm-config", "kube-system")
+        assert cm.data is not None
+        return dict(yaml.safe_load(cm.data["ClusterConfiguration"]))
+
+    def api_server_args(self) -> dict[str, str]:
+        extra = self.document()["apiServer"]["extraArgs"]
+        return {e["name"]: e["value"] for e in extra}
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    require_tools(*CONTROL_PLANE_TOOLS, *PULUMI_ENGINE_TOOLS)
+    with LocalControlPlane() as cp:
+        result = Engine(cp, tmp_path_factory.mktemp("pulumi-kubeadm"))
+        result.core.create_namespaced_config_map(
+            "kube-system",
+            client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name="kubeadm-config"),
+                data={"ClusterConfiguration": CLUSTER_CONFIGURATION},
+            ),
+        )
+        try:
+            yield result
+        finally:
+            result.api.close()
+
+
+def test_kubeadm_config_engine_up_rerun_update_destroy(engine: Engine) -> None:
+    gates = {"CPUManagerPolicyBetaOptions": True, "InPlacePodVerticalScaling": True}
+    stack = engine.stack(["ExtendedResourceToleration"], gates)
+    first = stack.up()
+    assert first.summary.resource_changes == {"create": 2}
+    assert first.outputs["gates"].value == {"CPUManagerPolicyBetaOptions": True}
+    assert first.outputs["notes"].value == {
+        "InPlacePodVerticalScaling": "GA and locked to true: nothing to set"
+    }
+    assert engine.api_server_args()["enable-admission-plugins"] == (
+        "NodeRestriction,ExtendedResourceToleration"
+    )
+
+    # The kubeconfig is in the state only encrypted, as an input and as an output.
+    (state,) = engine.state_dir.glob("backend/.pulumi/stacks/**/engine.json")
+    text = state.read_text()
+    resources = json.loads(text)["checkpoint"]["latest"]["resources"]
+    (config,) = [r for r in resources if r["type"].endswith(":KubeadmConfig")]
+    for side in ("inputs", "outputs"):
+        assert config[side]["kubeconfig"].get("ciphertext"), side
+    assert "client-key-data" not in text
+
+    again = stack.up()
+    assert again.summary.resource_changes == {"same": 2}
+
+    updated = engine.stack([], {"CPUManagerPolicyBetaOptions": False}).up()
+    assert updated.summary.resource_changes == {"same": 1, "update": 1}
+    args = engine.api_server_args()
+    assert args["enable-admission-plugins"] == "NodeRestriction"
+    assert args["feature-gates"] == "CPUManagerPolicyBetaOptions=false"
+
+    stack.destroy()
+    assert engine.document() == yaml.safe_load(CLUSTER_CONFIGURATION)
+
+
+def test_kubeadm_config_engine_preview_refuses_an_unknown_gate(engine: Engine) -> None:
+    before = engine.document()
+    stack = engine.stack([], {"NoSuchGate": True})
+    with pytest.raises(auto.CommandError) as excinfo:
+        stack.preview()
+    assert "feature gate 'NoSuchGate' is unknown to the API server" in str(excinfo.value)
+    assert engine.document() == before

@@ -1,0 +1,328 @@
+"""KubeadmConfigProvider: the ClusterConfiguration edit, its record, the gate check.
+
+`FakeConfigMapApi` is a small in-memory stand-in for the two ConfigMap calls and /metrics
+(merge patch with a resourceVersion precondition and 409 on conflict). It is a fake; the
+integration tests run the same provider against a real kube-apiserver.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+
+from components.providers.kubeadm_config import (
+    KubeadmConfigProvider,
+    annotation_key,
+    check_gates,
+    feature_stages,
+)
+from components.providers.node_api import Conflict, NodeApiError
+
+V1BETA4 = """\
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+kubernetesVersion: v1.37.2
+apiServer:
+  extraArgs:
+  - name: enable-admission-plugins
+    value: NodeRestriction
+  - name: feature-gates
+    value: SomeOtherGate=false
+controllerManager: {}
+scheduler: {}
+networking:
+  podSubnet: 10.244.0.0/16
+"""
+
+V1BETA3 = """\
+apiVersion: kubeadm.k8s.io/v1beta3
+kind: ClusterConfiguration
+kubernetesVersion: v1.35.4
+apiServer:
+  extraArgs:
+    authorization-mode: Node,RBAC
+"""
+
+METRICS = """\
+# HELP kubernetes_feature_enabled [BETA] This metric records the data about the stage and enablement of a k8s feature.
+# TYPE kubernetes_feature_enabled gauge
+kubernetes_feature_enabled{name="InPlacePodVerticalScaling",stage=""} 1
+kubernetes_feature_enabled{name="CPUManagerPolicyBetaOptions",stage="BETA"} 0
+kubernetes_feature_enabled{name="SomeAlphaGate",stage="ALPHA"} 0
+"""
+SERVER = "https://10.0.0.1:6443"
+
+
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """RFC 7386 JSON merge patch."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict):
+            target[key] = _merge(dict(target.get(key) or {}), value)
+        else:
+            target[key] = value
+    return target
+
+
+class FakeConfigMapApi:
+    server = SERVER
+
+    def __init__(self, text: str, metrics: str = METRICS) -> None:
+        self.cm: dict[str, Any] = {
+            "metadata": {
+                "name": "kubeadm-config",
+                "namespace": "kube-system",
+                "resourceVersion": "1",
+            },
+            "data": {"ClusterConfiguration": text},
+        }
+        self._metrics = metrics
+        self.writes = 0
+        self.before_write: Callable[[], None] | None = None
+
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any]:
+        assert (namespace, name) == ("kube-system", "kubeadm-config")
+        return copy.deepcopy(self.cm)
+
+    def merge_patch_configmap(
+        self, namespace: str, name: str, patch: dict[str, Any]
+    ) -> dict[str, Any]:
+        if self.before_write:
+            hook, self.before_write = self.before_write, None
+            hook()
+        if patch["metadata"]["resourceVersion"] != self.cm["metadata"]["resourceVersion"]:
+            raise Conflict("ConfigMap kube-system/kubeadm-config changed")
+        patch = copy.deepcopy(patch)
+        patch["metadata"].pop("resourceVersion")
+        _merge(self.cm, patch)
+        self.cm["metadata"]["resourceVersion"] = str(
+            int(self.cm["metadata"]["resourceVersion"]) + 1
+        )
+        self.writes += 1
+        return copy.deepcopy(self.cm)
+
+    def metrics(self) -> str:
+        return self._metrics
+
+    def document(self) -> dict[str, Any]:
+        return dict(yaml.safe_load(self.cm["data"]["ClusterConfiguration"]))
+
+    def args(self, component: str) -> dict[str, str]:
+        extra = (self.document().get(component) or {}).get("extraArgs") or []
+        if isinstance(extra, dict):
+            return dict(extra)
+        return {e["name"]: e["value"] for e in extra}
+
+
+def _provider(api: FakeConfigMapApi) -> KubeadmConfigProvider:
+    return KubeadmConfigProvider(lambda kubeconfig, context: api)
+
+
+def _create(provider: KubeadmConfigProvider, props: dict[str, Any]) -> dict[str, Any]:
+    outs = provider.create(props).outs
+    assert outs is not None
+    return outs
+
+
+def _props(**overrides: Any) -> dict[str, Any]:
+    return {
+        "stack": "dev",
+        "admission_plugins": ["ExtendedResourceToleration"],
+        "feature_gates": {"CPUManagerPolicyBetaOptions": True},
+        "gates": {"CPUManagerPolicyBetaOptions": True},
+        "notes": {},
+        "kubeconfig": "apiVersion: v1",
+        "context": "",
+        **overrides,
+    }
+
+
+def test_kubeadm_config_adds_plugins_to_the_api_server_and_gates_to_three_components() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    _create(_provider(api), _props())
+    assert api.args("apiServer") == {
+        "enable-admission-plugins": "NodeRestriction,ExtendedResourceToleration",
+        "feature-gates": "SomeOtherGate=false,CPUManagerPolicyBetaOptions=true",
+    }
+    for component in ("controllerManager", "scheduler"):
+        assert api.args(component) == {"feature-gates": "CPUManagerPolicyBetaOptions=true"}
+    # Everything else in the document is untouched.
+    assert api.document()["networking"] == {"podSubnet": "10.244.0.0/16"}
+
+
+def test_kubeadm_config_records_what_it_added_in_an_annotation_named_by_the_stack() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    outs = _create(_provider(api), _props())
+    record = json.loads(api.cm["metadata"]["annotations"]["kubeadm-config.gpu-cluster.io/dev"])
+    assert record == outs["added"]
+    assert record["apiServer"] == {
+        "enable-admission-plugins": {"ExtendedResourceToleration": None},
+        "feature-gates": {"CPUManagerPolicyBetaOptions": None},
+    }
+
+
+def test_kubeadm_config_delete_restores_the_document_exactly() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    provider = _provider(api)
+    outs = _create(provider, _props())
+    provider.delete("id", outs)
+    assert api.document() == yaml.safe_load(V1BETA4)
+    assert annotation_key("dev") not in api.cm["metadata"].get("annotations", {})
+
+
+def test_kubeadm_config_delete_puts_back_a_gate_value_that_was_there_before() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    provider = _provider(api)
+    gates = {"SomeOtherGate": True}
+    outs = _create(provider, _props(admission_plugins=[], feature_gates=gates, gates=gates))
+    assert api.args("apiServer")["feature-gates"] == "SomeOtherGate=true"
+    provider.delete("id", outs)
+    assert api.args("apiServer")["feature-gates"] == "SomeOtherGate=false"
+
+
+def test_kubeadm_config_leaves_an_entry_that_was_already_there_on_delete() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    provider = _provider(api)
+    outs = _create(provider, _props(admission_plugins=["NodeRestriction"]))
+    assert "enable-admission-plugins" not in outs["added"]["apiServer"]
+    provider.delete("id", outs)
+    assert api.args("apiServer")["enable-admission-plugins"] == "NodeRestriction"
+
+
+def test_kubeadm_config_update_converges_to_the_new_list() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    provider = _provider(api)
+    olds = _create(provider, _props())
+    gates = {"SomeAlphaGate": True}
+    provider.update("id", olds, _props(admission_plugins=[], feature_gates=gates, gates=gates))
+    assert api.args("apiServer") == {
+        "enable-admission-plugins": "NodeRestriction",
+        "feature-gates": "SomeOtherGate=false,SomeAlphaGate=true",
+    }
+    assert api.args("scheduler") == {"feature-gates": "SomeAlphaGate=true"}
+
+
+def test_kubeadm_config_rerun_writes_nothing() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    provider = _provider(api)
+    olds = _create(provider, _props())
+    provider.update("id", olds, _props())
+    assert api.writes == 1
+
+
+def test_kubeadm_config_refresh_sees_a_plugin_removed_behind_its_back() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    provider = _provider(api)
+    outs = _create(provider, _props())
+    in_sync = provider.read("id", outs).outs
+    assert in_sync is not None
+    assert provider.diff("id", in_sync, _props()).changes is False
+    doc = api.document()
+    doc["apiServer"]["extraArgs"][0]["value"] = "NodeRestriction"
+    api.cm["data"]["ClusterConfiguration"] = yaml.safe_dump(doc)
+    drifted = provider.read("id", outs).outs
+    assert drifted is not None
+    assert drifted["in_sync"] is False
+    assert provider.diff("id", drifted, _props()).changes is True
+    provider.update("id", drifted, _props())
+    assert api.args("apiServer")["enable-admission-plugins"] == (
+        "NodeRestriction,ExtendedResourceToleration"
+    )
+
+
+def test_kubeadm_config_edits_the_v1beta3_map_form() -> None:
+    api = FakeConfigMapApi(V1BETA3)
+    provider = _provider(api)
+    outs = _create(provider, _props())
+    assert api.args("apiServer") == {
+        "authorization-mode": "Node,RBAC",
+        "enable-admission-plugins": "ExtendedResourceToleration",
+        "feature-gates": "CPUManagerPolicyBetaOptions=true",
+    }
+    provider.delete("id", outs)
+    assert api.document() == yaml.safe_load(V1BETA3)
+
+
+def test_kubeadm_config_keeps_a_concurrent_change_made_between_read_and_write() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+
+    def someone_else_writes() -> None:
+        doc = api.document()
+        doc["apiServer"]["extraArgs"].append({"name": "audit-log-maxage", "value": "7"})
+        api.cm["data"]["ClusterConfiguration"] = yaml.safe_dump(doc)
+        api.cm["metadata"]["resourceVersion"] = "2"
+
+    api.before_write = someone_else_writes
+    _create(_provider(api), _props())
+    args = api.args("apiServer")
+    assert args["audit-log-maxage"] == "7"
+    assert args["enable-admission-plugins"] == "NodeRestriction,ExtendedResourceToleration"
+
+
+def test_kubeadm_config_refuses_a_configmap_without_cluster_configuration() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    api.cm["data"] = {}
+    with pytest.raises(NodeApiError, match="kube-system/kubeadm-config has no data key"):
+        _create(_provider(api), _props())
+
+
+def test_kubeadm_config_reads_stages_from_the_feature_metric() -> None:
+    assert feature_stages(METRICS) == {
+        "InPlacePodVerticalScaling": ("", True),
+        "CPUManagerPolicyBetaOptions": ("BETA", False),
+        "SomeAlphaGate": ("ALPHA", False),
+    }
+
+
+def test_kubeadm_config_check_refuses_an_unknown_gate_naming_it() -> None:
+    _, _, refused = check_gates({"NoSuchGate": True}, feature_stages(METRICS), SERVER)
+    assert refused == [
+        f"feature gate 'NoSuchGate' is unknown to the API server {SERVER} "
+        "(not in its kubernetes_feature_enabled metric)"
+    ]
+
+
+def test_kubeadm_config_check_leaves_out_a_ga_gate_at_its_value_with_a_note() -> None:
+    gates, notes, refused = check_gates(
+        {"InPlacePodVerticalScaling": True, "CPUManagerPolicyBetaOptions": True},
+        feature_stages(METRICS),
+        SERVER,
+    )
+    assert gates == {"CPUManagerPolicyBetaOptions": True}
+    assert notes == {"InPlacePodVerticalScaling": "GA and locked to true: nothing to set"}
+    assert refused == []
+
+
+def test_kubeadm_config_check_refuses_a_ga_gate_at_the_other_value() -> None:
+    _, _, refused = check_gates(
+        {"InPlacePodVerticalScaling": False}, feature_stages(METRICS), SERVER
+    )
+    assert refused == [
+        f"feature gate 'InPlacePodVerticalScaling' is GA and locked to true on the API server "
+        f"{SERVER}; it cannot be set to false"
+    ]
+
+
+def test_kubeadm_config_provider_check_reports_failures_and_effective_gates() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    gates = {"InPlacePodVerticalScaling": True, "NoSuchGate": False, "SomeAlphaGate": True}
+    result = _provider(api).check({}, _props(feature_gates=gates, gates=None))
+    assert [f.property for f in result.failures] == ["feature_gates"]
+    assert "'NoSuchGate'" in result.failures[0].reason
+    assert result.inputs["gates"] == {"SomeAlphaGate": True}
+    assert result.inputs["notes"] == {
+        "InPlacePodVerticalScaling": "GA and locked to true: nothing to set"
+    }
+
+
+def test_kubeadm_config_annotation_key_is_a_qualified_name() -> None:
+    assert annotation_key("prod") == "kubeadm-config.gpu-cluster.io/prod"
+    assert annotation_key("org/proj/x" + "y" * 80) == "kubeadm-config.gpu-cluster.io/" + (
+        "org-proj-x" + "y" * 53
+    )
