@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -21,6 +22,7 @@ import yaml
 from kubernetes import client
 
 from tools.harness.cluster import LocalCluster
+from tools.harness.controlplane import require_tool
 from tools.harness.fake_nodes import FakeNode, cpu_node, gpu_node
 
 from .cli import CliStack, cli_mode
@@ -51,13 +53,43 @@ def _section(stack: str, key: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def kubeadm_cluster_configuration(version: str) -> str:
+    """The ClusterConfiguration `kubeadm init` would upload for `version` (kubeadm's defaults)."""
+    printed = subprocess.run(
+        [str(require_tool("kubeadm")), "config", "print", "init-defaults"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    (document,) = [
+        d for d in yaml.safe_load_all(printed) if d and d.get("kind") == "ClusterConfiguration"
+    ]
+    document["kubernetesVersion"] = version
+    return yaml.safe_dump(document, sort_keys=False)
+
+
 def prerequisites(api_client: Any, stack: str) -> dict[str, str]:
     """What the README asks a user to create before `pulumi up`; returns secret config values.
+
+    The cluster was made by kubeadm: kube-system/kubeadm-config holds its ClusterConfiguration
+    (ControlPlaneFeatures edits it).
 
     With `monitoring.grafanaAdminSecret`, that Secret (made by hand or by a secret store) and
     its namespace exist beforehand. Without it, the password is a stack secret: the harness
     sets one, as `pulumi config set --secret gpu-cluster:grafanaAdminPassword` would.
     """
+    core: Any = client.CoreV1Api(api_client)
+    if _section(stack, "controlPlane").get("enabled"):
+        version = stack_config(stack).get(f"{PROJECT}:kubernetesVersion") or ""
+        core.create_namespaced_config_map(
+            "kube-system",
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "kubeadm-config"},
+                "data": {"ClusterConfiguration": kubeadm_cluster_configuration(version)},
+            },
+        )
     monitoring = _section(stack, "monitoring")
     if not monitoring.get("enabled"):
         return {}
@@ -66,7 +98,6 @@ def prerequisites(api_client: Any, stack: str) -> dict[str, str]:
     if not secret:
         return {"grafanaAdminPassword": password}
     namespace = monitoring.get("namespace") or "monitoring"
-    core: Any = client.CoreV1Api(api_client)
     core.create_namespace(
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
     )
@@ -131,6 +162,7 @@ class AppliedStack:
         self.runtime: PodRuntime | None = None
         self.nodes: list[FakeNode] = inventory(stack)
         self.nodes_before: dict[str, dict[str, Any]] = {}
+        self.kubeadm_config_before: dict[str, str] | None = None
 
     # -------------------------------------------------------------- lifecycle
     def __enter__(self) -> AppliedStack:
@@ -151,6 +183,7 @@ class AppliedStack:
             self.cluster.add_nodes(self.nodes)
             self.nodes_before = self.node_state()
             secret_config = prerequisites(self.api_client(), self.stack)
+            self.kubeadm_config_before = self.kubeadm_config()
             self.stand_ins = StandIns(chart_crds=chart_crds(self.cluster.api_client))
             context = stack_config(self.stack).get(f"{PROJECT}:kubeContext") or ""
             kubeconfig = self._kubeconfig(context or LOCAL_CONTEXT)
@@ -216,6 +249,17 @@ class AppliedStack:
 
     def api_client(self) -> Any:
         return self.cluster.api_client()
+
+    def kubeadm_config(self) -> dict[str, str] | None:
+        """kube-system/kubeadm-config's data and annotations, or None where there is none."""
+        core: Any = client.CoreV1Api(self.api_client())
+        try:
+            cm = core.read_namespaced_config_map("kubeadm-config", "kube-system")
+        except client.exceptions.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return {**(cm.data or {}), **(cm.metadata.annotations or {})}
 
     def node_state(self) -> dict[str, dict[str, Any]]:
         return node_state(self.api_client(), [n.name for n in self.nodes])

@@ -168,8 +168,13 @@ def test_destroy_removes_what_the_stack_added_and_nodes_are_as_before(
     engine = applied.engine
     created = [] if engine is None else list(engine.of_prefix("kubernetes:"))
     created = [r for r in created if r.typ != HELM_RELEASE]
+    during = applied.kubeadm_config()
     applied.destroy()
     assert applied.node_state() == applied.nodes_before
+    # ControlPlaneFeatures edited kubeadm's ClusterConfiguration; destroy undid exactly that.
+    if applied.kubeadm_config_before is not None:
+        assert during != applied.kubeadm_config_before
+    assert applied.kubeadm_config() == applied.kubeadm_config_before
     if engine is not None and applied.stand_ins is not None:
         assert engine.state == {}
         objects = applied.stand_ins.kubernetes
