@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
 DATA_FILE = Path(__file__).resolve().parent / "feature_gates.json"
 # Accepted by every component's --feature-gates whatever the version.
 ALWAYS_KNOWN = ("AllAlpha", "AllBeta")
