@@ -347,7 +347,23 @@ def admission_policy_spec(
                 + " + ' but spec.schedulerName is ' + variables.schedulerShown"
                 " + '; GPU pods must set spec.schedulerName: ' + variables.requiredScheduler",
                 "reason": "Forbidden",
-            }
+            },
+            {
+                # A pod created bound to a node is never scheduled; only a kubelet's mirror
+                # pods (created by the node itself) may come bound.
+                # (Only reported once the scheduler name is right, as the Rego policy does.)
+                "expression": "size(variables.gpuNames) == 0"
+                " || !(has(object.spec.schedulerName)"
+                " && object.spec.schedulerName == variables.requiredScheduler)"
+                " || !has(object.spec.nodeName) || object.spec.nodeName == ''"
+                " || request.userInfo.username.startsWith('system:node:')",
+                "messageExpression": "'pod \"' + variables.podName + '\" requests '"
+                " + "
+                + _CEL_SMALLEST.format(l="variables.gpuNames")
+                + " + ' but sets spec.nodeName, which skips the scheduler; GPU pods are placed"
+                " by ' + variables.requiredScheduler",
+                "reason": "Forbidden",
+            },
         ],
     }
 

@@ -2,7 +2,9 @@
 #
 # A pod CREATE is denied when any container, initContainer or ephemeralContainer
 # (or the pod-level spec.resources) requests or limits a GPU resource and
-# spec.schedulerName is not the configured binpack scheduler.
+# spec.schedulerName is not the configured binpack scheduler, or spec.nodeName is already
+# set (a pod created bound to a node is never scheduled, whatever its schedulerName; only a
+# kubelet's mirror pods, created by the node itself, may come bound).
 #
 # Input: an admission.k8s.io/v1 AdmissionReview (input.request).
 # Data:  data.gpu_cluster.config, see README.md. Missing or malformed
@@ -177,6 +179,16 @@ scheduler_shown := sprintf(`"%v"`, [spec.schedulerName])
 
 uses_binpack_scheduler if spec.schedulerName == configured_scheduler_name
 
+preset_node_name if {
+	is_string(spec.nodeName)
+	spec.nodeName != ""
+	not from_a_node
+}
+
+# Mirror pods of static pods are created by the kubelet of their node (NodeRestriction
+# lets a node create only pods bound to itself).
+from_a_node if startswith(request.userInfo.username, "system:node:")
+
 # Decisions
 
 deny contains msg if {
@@ -193,6 +205,18 @@ deny contains msg if {
 	msg := sprintf(
 		`pod "%s" requests %s but spec.schedulerName is %s; GPU pods must set spec.schedulerName: %s`,
 		[pod_display, resource, scheduler_shown, configured_scheduler_name],
+	)
+}
+
+deny contains msg if {
+	pod_create
+	count(config_errors) == 0
+	some resource in requested_gpu_resources
+	uses_binpack_scheduler
+	preset_node_name
+	msg := sprintf(
+		`pod "%s" requests %s but sets spec.nodeName, which skips the scheduler; GPU pods are placed by %s`,
+		[pod_display, resource, configured_scheduler_name],
 	)
 }
 

@@ -352,3 +352,30 @@ test_config_lists_are_optional if {
 test_config_that_is_not_an_object_is_an_error if {
 	config_errors == {"data.gpu_cluster.config is missing or not an object"} with data.gpu_cluster.config as "gpu-binpack-scheduler"
 }
+
+# A pod created bound to a node
+
+preset_node_denial := `pod "team-a/train-0" requests nvidia.com/gpu but sets spec.nodeName, which skips the scheduler; GPU pods are placed by gpu-binpack-scheduler`
+
+test_deny_gpu_pod_created_bound_to_a_node if {
+	deny == {preset_node_denial} with input as gpu_pod_review(object.union(binpack, {"nodeName": "gpu-1"}))
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_unscheduled_gpu_pod_bound_to_a_node_once if {
+	deny == {unset_gpu_denial} with input as gpu_pod_review({"nodeName": "gpu-1"})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_allow_mirror_pod_created_by_its_node if {
+	review := make_review(
+		make_pod({"spec": {"schedulerName": "gpu-binpack-scheduler", "nodeName": "gpu-1", "containers": [container("main", gpu_limit)]}}),
+		{"userInfo": {"username": "system:node:gpu-1"}},
+	)
+	count(deny) == 0 with input as review with data.gpu_cluster.config as gate_config
+}
+
+test_allow_cpu_pod_created_bound_to_a_node if {
+	count(deny) == 0 with input as review_of({"spec": {"nodeName": "cpu-1"}})
+		with data.gpu_cluster.config as gate_config
+}

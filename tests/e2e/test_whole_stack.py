@@ -123,6 +123,19 @@ def test_gpu_pod_without_the_scheduler_name_is_refused_by_the_gate(
     assert applied.outputs["schedulerName"] in str(refused.value.body)
 
 
+def test_gpu_pod_created_bound_to_a_node_is_refused_by_the_gate(
+    applied: AppliedStack, namespace: str
+) -> None:
+    """spec.nodeName skips every scheduler: a GPU pod may not come bound, even with the name."""
+    core = _core(applied)
+    pod = _gpu_pod("bound", applied.outputs["schedulerName"])
+    pod["spec"]["nodeName"] = applied.gpu_nodes[0]
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_pod(namespace, pod)
+    assert refused.value.status in (400, 403)
+    assert "sets spec.nodeName, which skips the scheduler" in str(refused.value.body)
+
+
 def test_cpu_pods_never_land_on_gpu_nodes(applied: AppliedStack, namespace: str) -> None:
     core = _core(applied)
     names = [f"web-{i}" for i in range(6)]
