@@ -103,7 +103,8 @@ def _manifest(reg: Registration, source: str) -> Manifest:
 
 @pytest.fixture
 def stack_nodes(api_client: Any, request: pytest.FixtureRequest) -> Iterator[None]:
-    """Create the stack's inventory nodes (NodePatch targets), deleted afterwards."""
+    """Create the stack's inventory nodes (NodePatch targets), deleted afterwards, and the
+    namespace the README asks for beforehand."""
     stack: str = request.node.callspec.params["stack"]
     stack_file = Path(__file__).resolve().parents[2] / f"Pulumi.{stack}.yaml"
     config = yaml.safe_load(stack_file.read_text())["config"]
@@ -113,6 +114,12 @@ def stack_nodes(api_client: Any, request: pytest.FixtureRequest) -> Iterator[Non
     created = [n for n in names if n not in existing]
     for name in created:
         core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name)))
+    # A user who keeps Grafana's admin Secret outside the stack creates its namespace first.
+    monitoring = config.get("gpu-cluster:monitoring") or {}
+    user_namespace = monitoring.get("namespace", "monitoring")
+    namespaces = {n.metadata.name for n in core.list_namespace().items if n.metadata}
+    if monitoring.get("grafanaAdminSecret") and user_namespace not in namespaces:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=user_namespace)))
     try:
         yield
     finally:
