@@ -15,14 +15,13 @@ import secrets
 import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import yaml
 from kubernetes import client
 
 from tools.harness.cluster import LocalCluster
-from tools.harness.controlplane import require_tool
+from tools.harness.controlplane import Lifecycle, require_tool
 from tools.harness.fake_nodes import FakeNode, cpu_node, gpu_node
 
 from .cli import CliStack, cli_mode
@@ -139,7 +138,7 @@ def node_state(api_client: Any, names: list[str]) -> dict[str, dict[str, Any]]:
     return state
 
 
-class AppliedStack:
+class AppliedStack(Lifecycle):
     """A local cluster with `stack`'s nodes, and the engine that applies the program to it."""
 
     def __init__(
@@ -165,17 +164,6 @@ class AppliedStack:
         self.kubeadm_config_before: dict[str, str] | None = None
 
     # -------------------------------------------------------------- lifecycle
-    def __enter__(self) -> AppliedStack:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     def start(self) -> AppliedStack:
         """Start the cluster, register the inventory's nodes, point the stack at the cluster."""
         self.cluster.start()

@@ -23,7 +23,6 @@ import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from kubernetes import client
@@ -31,6 +30,7 @@ from kubernetes import client
 from .controlplane import (
     CONTROL_PLANE_TOOLS,
     ControlPlaneError,
+    Lifecycle,
     LocalControlPlane,
     ManagedProcess,
     SchedulerHandle,
@@ -128,7 +128,7 @@ class PodNetwork:
             self._added = False
 
 
-class LocalCluster:
+class LocalCluster(Lifecycle):
     """etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok on 127.0.0.1.
 
     ``admission_plugins`` are enabled on the API server in addition to its defaults (for
@@ -158,17 +158,6 @@ class LocalCluster:
         self.pod_network = PodNetwork()
 
     # -------------------------------------------------------------- lifecycle
-    def __enter__(self) -> LocalCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     def start(self) -> LocalCluster:
         """Start every component; waits until each is healthy. Rolls back on failure."""
         for tool in CLUSTER_TOOLS:

@@ -28,7 +28,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Self
 
 import yaml
 
@@ -149,6 +149,27 @@ def _child_setup(die_with_parent: bool) -> Callable[[], None] | None:
         prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
     return setup
+
+
+class Lifecycle:
+    """`with x:` for objects with start() (returning self) and stop()."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
 
 
 class ManagedProcess:
@@ -289,7 +310,7 @@ class SchedulerHandle:
         self.stop()
 
 
-class LocalControlPlane:
+class LocalControlPlane(Lifecycle):
     """etcd + kube-apiserver on 127.0.0.1 with fresh certificates, in a temp dir.
 
     Use as a context manager (or call :meth:`start` / :meth:`stop`)::
@@ -379,17 +400,6 @@ class LocalControlPlane:
         return self._started
 
     # -------------------------------------------------------------- lifecycle
-    def __enter__(self) -> LocalControlPlane:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     def start(self) -> LocalControlPlane:
         """Start etcd and kube-apiserver and wait until ``/readyz`` answers 200."""
         with self._lock:
