@@ -109,7 +109,9 @@ class FakeNodeApi:
         if wanted is not None and wanted != node["metadata"]["resourceVersion"]:
             raise Conflict(f"node {name!r} changed on API server {SERVER} while updating it")
         merged = _merge(node, {k: v for k, v in patch.items() if k != "metadata"})
-        merged["metadata"] = node["metadata"]
+        # Annotations and labels merge; resourceVersion is the precondition, not a change.
+        meta = {k: v for k, v in (patch.get("metadata") or {}).items() if k != "resourceVersion"}
+        merged["metadata"] = _merge(node["metadata"], meta)
         self.nodes[name] = merged
         self._bump(merged)
         return copy.deepcopy(merged)

@@ -5,8 +5,12 @@ tests/integration/test_node_providers_live.py runs the same provider on a real k
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import pytest
+
+from components.providers.node_api import NodeApiError
 from components.providers.node_taint import NodeTaintProvider
 from tests.fake_node_api import FakeNodeApi, configured
 
@@ -25,7 +29,7 @@ def _outs(result: Any) -> dict[str, Any]:
 
 
 def _props(**overrides: Any) -> dict[str, Any]:
-    return {"node": "gpu-1", "kubeconfig": "k", "context": "", **GPU, **overrides}
+    return {"node": "gpu-1", "owner": "org/gpu-cluster/a", **GPU, **overrides}
 
 
 def _taints(api: FakeNodeApi) -> list[dict[str, Any]]:
@@ -106,10 +110,36 @@ def test_node_taint_concurrent_write_is_retried_not_lost() -> None:
     assert _taints(api) == [UNSCHEDULABLE, GPU]
 
 
-def test_node_taint_create_is_a_no_op_when_already_present() -> None:
-    api = FakeNodeApi({"gpu-1": {"spec": {"taints": [dict(GPU)]}}})
-    _make_provider(api).create(_props())
-    assert api.writes == 0
+def test_node_taint_create_again_by_the_same_stack_is_a_no_op() -> None:
+    """An interrupted up, run again: the taint and its record are there already."""
+    api = FakeNodeApi({"gpu-1": {"spec": {"taints": [{**GPU, "value": "old"}]}}})
+    provider = _make_provider(api)
+    provider.create(_props())
+    writes = api.writes
+    outs = _outs(provider.create(_props()))
+    assert api.writes == writes
+    # Our own taint is never taken for what was there before.
+    assert outs["previous"] == {**GPU, "value": "old"}
+
+
+def test_node_taint_of_another_stack_is_refused_and_left_alone() -> None:
+    api = FakeNodeApi({"gpu-1": {}})
+    _make_provider(api).create(_props(owner="org/gpu-cluster/a"))
+    with pytest.raises(NodeApiError, match="managed by stack 'org/gpu-cluster/a'"):
+        _make_provider(api).create(_props(owner="org/gpu-cluster/b", value="b"))
+    # Destroying stack b (its state from before) does not undo stack a's taint.
+    _make_provider(api).delete("id", {**_props(owner="org/gpu-cluster/b"), "previous": None})
+    assert _taints(api) == [GPU]
+
+
+def test_node_taint_ownership_lives_on_the_node() -> None:
+    api = FakeNodeApi({"gpu-1": {}})
+    provider = _make_provider(api)
+    outs = _outs(provider.create(_props()))
+    annotations = api.nodes["gpu-1"]["metadata"].get("annotations") or {}
+    assert [json.loads(v)["owner"] for v in annotations.values()] == ["org/gpu-cluster/a"]
+    provider.delete("id", outs)
+    assert not api.nodes["gpu-1"]["metadata"].get("annotations")
 
 
 def test_node_taint_read_sees_removal_and_next_up_restores_it() -> None:

@@ -13,6 +13,8 @@ destroy then puts back exactly what was there, instead of removing someone else'
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,6 +51,70 @@ def find_taint(node: Mapping[str, Any], key: str, effect: str) -> dict[str, Any]
         if _same(taint, key, effect):
             return dict(taint)
     return None
+
+
+OWNERSHIP_PREFIX = "ownership.gpu-cluster.io/taint-"
+
+
+def ownership_key(key: str, effect: str) -> str:
+    """The node annotation recording who added the (key, effect) taint and what it replaced."""
+    digest = hashlib.sha256(f"{key}:{effect}".encode()).hexdigest()[:16]
+    return f"{OWNERSHIP_PREFIX}{digest}"
+
+
+def ownership(node: Mapping[str, Any], key: str, effect: str) -> dict[str, Any] | None:
+    """The ownership record of the (key, effect) taint on `node`, or None."""
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(ownership_key(key, effect))
+    try:
+        record = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def claim_taint(owner: str, key: str, effect: str, wanted: Mapping[str, Any]) -> Mutate:
+    """Put our taint on the node and record, on the node itself, that `owner` added it and
+    which entry it replaced. A record of this owner (an interrupted run, a re-created stack)
+    keeps its `previous`; a record of another owner is a conflict, never overwritten."""
+
+    def mutate(node: Mapping[str, Any]) -> dict[str, Any] | None:
+        record = ownership(node, key, effect)
+        if record is not None and record.get("owner") != owner:
+            raise NodeApiError(
+                f"taint {key}:{effect} on node {(node.get('metadata') or {}).get('name')!r} "
+                f"is managed by stack {record.get('owner')!r}; two stacks must not manage the "
+                "same taint"
+            )
+        previous = record.get("previous") if record else find_taint(node, key, effect)
+        patch = set_taint(key, effect, wanted)(node) or {}
+        note = json.dumps({"owner": owner, "previous": previous}, sort_keys=True)
+        if record is None or record.get("previous") != previous:
+            patch["metadata"] = {"annotations": {ownership_key(key, effect): note}}
+        return patch or None
+
+    return mutate
+
+
+def release_taint(owner: str, key: str, effect: str, fallback: Mapping[str, Any] | None) -> Mutate:
+    """Undo our taint: restore the entry it replaced and drop the record. A taint another stack
+    now owns is left alone; without a record (older state) `fallback` is what it replaced."""
+
+    def mutate(node: Mapping[str, Any]) -> dict[str, Any] | None:
+        record = ownership(node, key, effect)
+        if record is not None and record.get("owner") != owner:
+            return None
+        previous = record.get("previous") if record else fallback
+        patch = set_taint(key, effect, previous)(node) or {}
+        if record is not None:
+            patch["metadata"] = {"annotations": {ownership_key(key, effect): None}}
+        return patch or None
+
+    return mutate
+
+
+def stack_identity() -> str:
+    """organization/project/stack of the running program."""
+    return f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
 
 
 def taint_entry(key: str, value: str, effect: str) -> dict[str, Any]:
@@ -97,21 +163,20 @@ class NodeTaintProvider(ResourceProvider):
             raise NodeApiError("no cluster credentials: the engine did not configure the provider")
         return self._connect(self._credentials.kubeconfig, self._credentials.context)
 
-    def create(self, props: dict[str, Any]) -> CreateResult:
+    def _claim(self, props: Mapping[str, Any]) -> dict[str, Any]:
         api = self._api(props)
         node, key, effect = props["node"], props["key"], props["effect"]
-        before = find_taint(api.get_node(node), key, effect)
-        update_node(api, node, set_taint(key, effect, taint_entry(key, props["value"], effect)))
-        outs = {**props, "present": True, "previous": before}
-        return CreateResult(id_=f"{node}/{key}:{effect}", outs=outs)
+        wanted = taint_entry(key, props["value"], effect)
+        live = update_node(api, node, claim_taint(props["owner"], key, effect, wanted))
+        record = ownership(live, key, effect) or {}
+        return {**props, "present": True, "previous": record.get("previous")}
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        outs = self._claim(props)
+        return CreateResult(id_=f"{props['node']}/{props['key']}:{props['effect']}", outs=outs)
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
-        api = self._api(news)
-        key, effect = news["key"], news["effect"]
-        update_node(
-            api, news["node"], set_taint(key, effect, taint_entry(key, news["value"], effect))
-        )
-        return UpdateResult(outs={**news, "present": True, "previous": olds.get("previous")})
+        return UpdateResult(outs=self._claim(news))
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
         replaces = [k for k in ("node", "key", "effect") if olds.get(k) != news.get(k)]
@@ -137,7 +202,9 @@ class NodeTaintProvider(ResourceProvider):
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         # Restore the entry that predates the stack, if any; otherwise remove ours.
-        mutate = set_taint(props["key"], props["effect"], props.get("previous"))
+        mutate = release_taint(
+            str(props.get("owner") or ""), props["key"], props["effect"], props.get("previous")
+        )
         try:
             update_node(self._api(props), props["node"], mutate)
         except NodeNotFound:
@@ -170,5 +237,7 @@ class NodeTaint(Resource, module="gpu-cluster", name="NodeTaint"):
             "key": key,
             "value": value,
             "effect": effect,
+            # Recorded on the node with the taint, so another stack never undoes it.
+            "owner": stack_identity(),
         }
         super().__init__(provider or NodeTaintProvider(), name, props, opts)

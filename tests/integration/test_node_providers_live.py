@@ -84,14 +84,15 @@ def _resource_props(kubeconfig: str, node: str, quantity: int) -> dict[str, Any]
     }
 
 
-def _taint_props(kubeconfig: str, node: str, value: str = "present") -> dict[str, Any]:
+def _taint_props(
+    kubeconfig: str, node: str, value: str = "present", owner: str = "org/gpu-cluster/a"
+) -> dict[str, Any]:
     return {
         "node": node,
         "key": "nvidia.com/gpu",
         "value": value,
         "effect": "NoSchedule",
-        "kubeconfig": kubeconfig,
-        "context": "",
+        "owner": owner,
     }
 
 
@@ -273,3 +274,30 @@ def test_node_taint_concurrent_write_is_retried_not_lost(
     assert [r.conflicts for r in racing] == [1]
     assert {"key": "example.org/maintenance", "effect": "PreferNoSchedule"} in taints
     assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"} in taints
+
+
+def test_two_stacks_on_one_cluster_never_undo_each_other(
+    kubeconfig: str, core: client.CoreV1Api, node: str
+) -> None:
+    """The owner is recorded on the Node itself: a second stack is refused, and destroying it
+    (or re-running the first after an interruption) leaves the first stack's taint as it is."""
+    first = _configure(NodeTaintProvider(), kubeconfig)
+    outs = dict(first.create(_taint_props(kubeconfig, node)).outs or {})
+    again = dict(first.create(_taint_props(kubeconfig, node)).outs or {})
+    assert again["previous"] is None  # its own taint is not taken for a prior one
+
+    second = _configure(NodeTaintProvider(), kubeconfig)
+    with pytest.raises(NodeApiError, match="managed by stack 'org/gpu-cluster/a'"):
+        second.create(_taint_props(kubeconfig, node, "b", owner="org/gpu-cluster/b"))
+    second.delete(
+        "id", {**_taint_props(kubeconfig, node, "b", owner="org/gpu-cluster/b"), "previous": None}
+    )
+    taints = _live(core, node)["spec"]["taints"]
+    assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"} in taints
+
+    first.delete("id", outs)
+    live = _live(core, node)
+    assert all(t["key"] != "nvidia.com/gpu" for t in live["spec"].get("taints") or [])
+    assert not any(
+        k.startswith("ownership.gpu-cluster.io/") for k in live["metadata"].get("annotations") or {}
+    )
