@@ -37,8 +37,7 @@ def _props(**overrides: Any) -> dict[str, Any]:
         "node": "worker-1",
         "resource": DONGLE,
         "quantity": 4,
-        "kubeconfig": "kubeconfig-text",
-        "context": "",
+        "owner": "org/gpu-cluster/a",
         **overrides,
     }
 
@@ -166,3 +165,29 @@ def test_extended_resource_diff_ignores_credentials() -> None:
     provider = ExtendedResourceProvider(lambda _k, _c: FakeNodeApi({}))
     old, new = _props(), {**_props(), "kubeconfig": "ci-reader", "context": "ci"}
     assert provider.diff("id", old, new).changes is False
+
+
+def test_extended_resource_destroy_restores_what_was_advertised_before() -> None:
+    api = FakeNodeApi({"worker-1": {}})
+    api.patch_status(
+        "worker-1",
+        [{"op": "add", "path": f"/status/capacity/{DONGLE.replace('/', '~1')}", "value": "2"}],
+    )
+    provider, _ = _make_provider(api)
+    outs = _outs(provider.create(_props()))
+    provider.create(_props())  # an interrupted up, again: 4 is ours, never taken for "before"
+    assert _status(api)[DONGLE] == "4"
+    provider.delete("id", outs)
+    assert _status(api)[DONGLE] == "2"
+    assert not api.nodes["worker-1"]["metadata"].get("annotations")
+
+
+def test_extended_resource_of_another_stack_is_refused_and_left_alone() -> None:
+    api = FakeNodeApi({"worker-1": {}})
+    first, _ = _make_provider(api)
+    first.create(_props())
+    second, _ = _make_provider(api)
+    with pytest.raises(NodeApiError, match="managed by stack 'org/gpu-cluster/a'"):
+        second.create(_props(owner="org/gpu-cluster/b", quantity=1))
+    second.delete("id", _props(owner="org/gpu-cluster/b"))
+    assert _status(api)[DONGLE] == "4"

@@ -10,6 +10,8 @@ re-registration and the next `pulumi up` puts it back.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
 import pulumi
@@ -31,6 +33,11 @@ from components.providers.node_api import (
     NodeNotFound,
     connect,
     json_pointer_escape,
+    owned_by_another,
+    ownership,
+    ownership_key,
+    stack_identity,
+    update_node,
 )
 
 # Allocatable is what the scheduler fits pods against. The kubelet derives it from capacity
@@ -63,11 +70,27 @@ class ExtendedResourceProvider(ResourceProvider):
         return self._connect(self._credentials.kubeconfig, self._credentials.context)
 
     def _advertise(self, props: dict[str, Any]) -> dict[str, Any]:
-        name = json_pointer_escape(props["resource"])
+        api, node, resource = self._api(props), props["node"], props["resource"]
+        annotation = ownership_key("capacity", resource)
+
+        def claim(live: Mapping[str, Any]) -> dict[str, Any] | None:
+            # Record on the node, before the status changes, that this stack advertises the
+            # resource and what was advertised before it (kept from an earlier run of ours).
+            record = ownership(live, annotation)
+            owned_by_another(record, props["owner"], f"extended resource {resource}", node)
+            if record is not None:
+                return None
+            status = live.get("status") or {}
+            previous = {f: (status.get(f) or {}).get(resource) for f in STATUS_FIELDS}
+            note = json.dumps({"owner": props["owner"], "previous": previous}, sort_keys=True)
+            return {"metadata": {"annotations": {annotation: note}}}
+
+        update_node(api, node, claim)
+        name = json_pointer_escape(resource)
         value = str(int(props["quantity"]))
         # "add" on an object member replaces an existing value (RFC 6902, 4.1).
         ops = [{"op": "add", "path": f"/status/{f}/{name}", "value": value} for f in STATUS_FIELDS]
-        self._api(props).patch_status(props["node"], ops)
+        api.patch_status(node, ops)
         return {**props, "quantity": int(props["quantity"])}
 
     def create(self, props: dict[str, Any]) -> CreateResult:
@@ -95,18 +118,29 @@ class ExtendedResourceProvider(ResourceProvider):
         )
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
-        api = self._api(props)
+        api, node, resource = self._api(props), props["node"], props["resource"]
+        annotation = ownership_key("capacity", resource)
         try:
-            status = api.get_node(props["node"]).get("status") or {}
+            live = api.get_node(node)
         except NodeNotFound:
             return  # a decommissioned node: nothing left to undo
-        name = json_pointer_escape(props["resource"])
+        record = ownership(live, annotation)
+        if record is not None and record.get("owner") != props.get("owner"):
+            return  # another stack advertises it now: not ours to undo
+        previous = (record or {}).get("previous") or {}
+        status = live.get("status") or {}
+        name = json_pointer_escape(resource)
         ops: list[dict[str, Any]] = []
         for f in STATUS_FIELDS:
-            if props["resource"] in (status.get(f) or {}):
+            before = previous.get(f)
+            if before is not None:  # what was advertised before this stack comes back
+                ops.append({"op": "add", "path": f"/status/{f}/{name}", "value": str(before)})
+            elif resource in (status.get(f) or {}):
                 ops.append({"op": "remove", "path": f"/status/{f}/{name}"})
         if ops:
-            api.patch_status(props["node"], ops)
+            api.patch_status(node, ops)
+        if record is not None:
+            update_node(api, node, lambda _live: {"metadata": {"annotations": {annotation: None}}})
 
 
 class ExtendedResource(Resource, module="gpu-cluster", name="ExtendedResource"):
@@ -131,5 +165,7 @@ class ExtendedResource(Resource, module="gpu-cluster", name="ExtendedResource"):
             "node": node,
             "resource": resource,
             "quantity": quantity,
+            # Recorded on the node, so another stack never undoes it.
+            "owner": stack_identity(),
         }
         super().__init__(provider or ExtendedResourceProvider(), name, props, opts)

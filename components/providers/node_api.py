@@ -9,6 +9,7 @@ with the official `kubernetes` client (kubeconfig contexts, exec/OIDC plugins, T
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import random
 import time
@@ -204,6 +205,36 @@ Mutate = Callable[[Mapping[str, Any]], "dict[str, Any] | None"]
 def connect(kubeconfig: str, context: str | None) -> NodeApi:
     """The production NodeApi factory; providers take another one in tests."""
     return KubeNodeApi(kubeconfig, context)
+
+
+def stack_identity() -> str:
+    """organization/project/stack of the running program: who owns what it adds to a node."""
+    return f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
+
+
+def ownership_key(kind: str, name: str) -> str:
+    """The node annotation recording who added `name` (a taint, a capacity) and what it replaced."""
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    return f"ownership.gpu-cluster.io/{kind}-{digest}"
+
+
+def ownership(node: Mapping[str, Any], annotation: str) -> dict[str, Any] | None:
+    """The ownership record stored under `annotation` on `node`, or None."""
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(annotation)
+    try:
+        record = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def owned_by_another(record: Mapping[str, Any] | None, owner: str, what: str, node: str) -> None:
+    """Refuse to take over what another stack added."""
+    if record is not None and record.get("owner") != owner:
+        raise NodeApiError(
+            f"{what} on node {node!r} is managed by stack {record.get('owner')!r}; two stacks "
+            "must not manage the same item"
+        )
 
 
 def update_node(

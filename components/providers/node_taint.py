@@ -13,7 +13,6 @@ destroy then puts back exactly what was there, instead of removing someone else'
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -37,6 +36,10 @@ from components.providers.node_api import (
     NodeApiError,
     NodeNotFound,
     connect,
+    owned_by_another,
+    ownership,
+    ownership_key,
+    stack_identity,
     update_node,
 )
 
@@ -53,23 +56,8 @@ def find_taint(node: Mapping[str, Any], key: str, effect: str) -> dict[str, Any]
     return None
 
 
-OWNERSHIP_PREFIX = "ownership.gpu-cluster.io/taint-"
-
-
-def ownership_key(key: str, effect: str) -> str:
-    """The node annotation recording who added the (key, effect) taint and what it replaced."""
-    digest = hashlib.sha256(f"{key}:{effect}".encode()).hexdigest()[:16]
-    return f"{OWNERSHIP_PREFIX}{digest}"
-
-
-def ownership(node: Mapping[str, Any], key: str, effect: str) -> dict[str, Any] | None:
-    """The ownership record of the (key, effect) taint on `node`, or None."""
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(ownership_key(key, effect))
-    try:
-        record = json.loads(raw) if raw else None
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
+def taint_ownership_key(key: str, effect: str) -> str:
+    return ownership_key("taint", f"{key}:{effect}")
 
 
 def claim_taint(owner: str, key: str, effect: str, wanted: Mapping[str, Any]) -> Mutate:
@@ -78,18 +66,14 @@ def claim_taint(owner: str, key: str, effect: str, wanted: Mapping[str, Any]) ->
     keeps its `previous`; a record of another owner is a conflict, never overwritten."""
 
     def mutate(node: Mapping[str, Any]) -> dict[str, Any] | None:
-        record = ownership(node, key, effect)
-        if record is not None and record.get("owner") != owner:
-            raise NodeApiError(
-                f"taint {key}:{effect} on node {(node.get('metadata') or {}).get('name')!r} "
-                f"is managed by stack {record.get('owner')!r}; two stacks must not manage the "
-                "same taint"
-            )
+        record = ownership(node, taint_ownership_key(key, effect))
+        name = str((node.get("metadata") or {}).get("name"))
+        owned_by_another(record, owner, f"taint {key}:{effect}", name)
         previous = record.get("previous") if record else find_taint(node, key, effect)
         patch = set_taint(key, effect, wanted)(node) or {}
         note = json.dumps({"owner": owner, "previous": previous}, sort_keys=True)
         if record is None or record.get("previous") != previous:
-            patch["metadata"] = {"annotations": {ownership_key(key, effect): note}}
+            patch["metadata"] = {"annotations": {taint_ownership_key(key, effect): note}}
         return patch or None
 
     return mutate
@@ -100,21 +84,16 @@ def release_taint(owner: str, key: str, effect: str, fallback: Mapping[str, Any]
     now owns is left alone; without a record (older state) `fallback` is what it replaced."""
 
     def mutate(node: Mapping[str, Any]) -> dict[str, Any] | None:
-        record = ownership(node, key, effect)
+        record = ownership(node, taint_ownership_key(key, effect))
         if record is not None and record.get("owner") != owner:
             return None
         previous = record.get("previous") if record else fallback
         patch = set_taint(key, effect, previous)(node) or {}
         if record is not None:
-            patch["metadata"] = {"annotations": {ownership_key(key, effect): None}}
+            patch["metadata"] = {"annotations": {taint_ownership_key(key, effect): None}}
         return patch or None
 
     return mutate
-
-
-def stack_identity() -> str:
-    """organization/project/stack of the running program."""
-    return f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
 
 
 def taint_entry(key: str, value: str, effect: str) -> dict[str, Any]:
@@ -168,7 +147,7 @@ class NodeTaintProvider(ResourceProvider):
         node, key, effect = props["node"], props["key"], props["effect"]
         wanted = taint_entry(key, props["value"], effect)
         live = update_node(api, node, claim_taint(props["owner"], key, effect, wanted))
-        record = ownership(live, key, effect) or {}
+        record = ownership(live, taint_ownership_key(key, effect)) or {}
         return {**props, "present": True, "previous": record.get("previous")}
 
     def create(self, props: dict[str, Any]) -> CreateResult:

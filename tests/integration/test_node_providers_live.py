@@ -75,13 +75,7 @@ def _live(core: client.CoreV1Api, name: str) -> dict[str, Any]:
 
 
 def _resource_props(kubeconfig: str, node: str, quantity: int) -> dict[str, Any]:
-    return {
-        "node": node,
-        "resource": DONGLE,
-        "quantity": quantity,
-        "kubeconfig": kubeconfig,
-        "context": "",
-    }
+    return {"node": node, "resource": DONGLE, "quantity": quantity, "owner": "org/gpu-cluster/a"}
 
 
 def _taint_props(
