@@ -7,10 +7,10 @@ BIN := $(VENV)/bin
 .PHONY: help demo venv tools pulumi-tools tools-if-available lint test test-fast preview-dev clean
 
 help:
-	@echo "make demo         the stack on a local control plane: pulumi up, scheduling, admission, destroy"
+	@echo "make demo         the whole stack on a local cluster: up, GPU pods scheduled and gated, destroy"
 	@echo "make test         set up .venv, build the pinned tools, lint (ruff, mypy), run every test"
 	@echo "make test-fast    lint and run the tests that need no built tools"
-	@echo "make tools        build etcd, kube-apiserver, kube-scheduler, OPA, promtool and the Pulumi CLI into .tools/bin"
+	@echo "make tools        build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubeadm, kwok, OPA, promtool, the monitoring CRDs and the Pulumi CLI into .tools/bin"
 	@echo "make pulumi-tools build the Pulumi CLI and the Python plugin scripts into .tools/bin"
 	@echo "make preview-dev  pulumi preview --stack dev (needs the Pulumi CLI and a kubeconfig)"
 
