@@ -19,8 +19,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from tools.harness.cluster import CLUSTER_TOOLS  # noqa: E402
-from tools.harness.controlplane import missing_tools, tools_bin  # noqa: E402
+from tools.harness.cluster import CLUSTER_TOOLS, PodNetwork  # noqa: E402
+from tools.harness.controlplane import ControlPlaneError, missing_tools, tools_bin  # noqa: E402
 
 from .cli import MODE_VARIABLE, cli_mode, missing_plugins  # noqa: E402
 from .crds import MONITORING_CRDS  # noqa: E402
@@ -46,6 +46,14 @@ def require_e2e_tools() -> None:
     if cli_mode():
         missing += missing_plugins()
     if not missing:
+        network = PodNetwork()
+        try:  # the pod addresses need a route to this host (CAP_NET_ADMIN)
+            network.claim()
+        except ControlPlaneError as exc:
+            if os.environ.get("CI") == "true":
+                pytest.fail(str(exc), pytrace=False)
+            pytest.skip(str(exc))
+        network.release()
         return
     message = f"{', '.join(missing)} not built in {tools_bin()}: run `make tools`"
     if cli_mode():

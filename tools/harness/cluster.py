@@ -93,8 +93,8 @@ class PodNetwork:
     this host's own, like Linux AnyIP. Needs CAP_NET_ADMIN; removed again by `release`."""
 
     def __init__(self) -> None:
-        subnets = list(POD_SUPERNET.subnets(new_prefix=24))
-        self.network: ipaddress.IPv4Network = random.choice(subnets[1:])
+        self._subnets = list(POD_SUPERNET.subnets(new_prefix=24))[1:]
+        self.network: ipaddress.IPv4Network = random.choice(self._subnets)
         self._added = False
 
     @property
@@ -106,11 +106,15 @@ class PodNetwork:
         ip = shutil.which("ip")
         if ip is None:
             raise ControlPlaneError("the `ip` command (iproute2) is needed for the pod network")
-        done = subprocess.run(
-            [ip, "route", "add", "local", str(self.network), "dev", "lo"],
-            capture_output=True,
-            text=True,
-        )
+        for _ in range(16):  # another cluster on this host may hold a /24 already
+            done = subprocess.run(
+                [ip, "route", "add", "local", str(self.network), "dev", "lo"],
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode == 0 or "File exists" not in done.stderr:
+                break
+            self.network = random.choice(self._subnets)
         if done.returncode != 0:
             raise ControlPlaneError(
                 f"cannot route the pod network {self.network} to this host "
