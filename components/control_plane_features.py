@@ -227,8 +227,6 @@ class ControlPlaneFeatures(pulumi.ComponentResource):
             stack=args.stack,
             admission_plugins=plugins,
             feature_gates=dict(args.feature_gates),
-            kubeconfig=args.access.kubeconfig,
-            context=args.access.context,
             opts=pulumi.ResourceOptions(parent=self, depends_on=chain[-1:]),
         )
         chain.append(config)

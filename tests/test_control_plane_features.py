@@ -135,11 +135,11 @@ def test_control_plane_features_private_key_is_secret_and_host_key_pinned_everyw
     assert "PRIVATE KEY" not in json.dumps(captured, default=str)
 
 
-def test_control_plane_features_configmap_edit_gets_the_stack_and_a_secret_kubeconfig() -> None:
+def test_control_plane_features_configmap_edit_gets_the_stack_and_no_credentials() -> None:
     (config,) = _make_features().of_type(KUBEADM_CONFIG)
-    assert "kubeconfig" in config.secret_inputs
+    # The provider reads the run's credentials from the stack config, never from its inputs.
+    assert not {"kubeconfig", "context"} & set(config.inputs)
     assert config.inputs["stack"] == "dev"
-    assert config.inputs["context"] == "admin@lab"
     assert config.inputs["admission_plugins"] == ["ExtendedResourceToleration"]
     assert config.inputs["feature_gates"] == {"CPUManagerPolicyBetaOptions": True}
 

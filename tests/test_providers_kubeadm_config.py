@@ -22,6 +22,7 @@ from components.providers.kubeadm_config import (
     feature_stages,
 )
 from components.providers.node_api import Conflict, NodeApiError
+from tests.fake_node_api import configured
 
 V1BETA4 = """\
 apiVersion: kubeadm.k8s.io/v1beta4
@@ -121,7 +122,7 @@ class FakeConfigMapApi:
 
 
 def _provider(api: FakeConfigMapApi) -> KubeadmConfigProvider:
-    return KubeadmConfigProvider(lambda kubeconfig, context: api)
+    return configured(KubeadmConfigProvider(lambda kubeconfig, context: api))
 
 
 def _create(provider: KubeadmConfigProvider, props: dict[str, Any]) -> dict[str, Any]:
@@ -137,8 +138,6 @@ def _props(**overrides: Any) -> dict[str, Any]:
         "feature_gates": {"CPUManagerPolicyBetaOptions": True},
         "gates": {"CPUManagerPolicyBetaOptions": True},
         "notes": {},
-        "kubeconfig": "apiVersion: v1",
-        "context": "",
         **overrides,
     }
 
@@ -326,3 +325,25 @@ def test_kubeadm_config_annotation_key_is_a_qualified_name() -> None:
     assert annotation_key("org/proj/x" + "y" * 80) == "kubeadm-config.gpu-cluster.io/" + (
         "org-proj-x" + "y" * 53
     )
+
+
+def test_kubeadm_config_takes_credentials_from_the_run_not_from_its_inputs() -> None:
+    seen: list[tuple[str, str | None]] = []
+    api = FakeConfigMapApi(V1BETA4)
+
+    def connect(kubeconfig: str, context: str | None) -> FakeConfigMapApi:
+        seen.append((kubeconfig, context))
+        return api
+
+    provider = configured(KubeadmConfigProvider(connect))
+    outs = _create(provider, _props())
+    assert not {"kubeconfig", "context"} & set(outs)
+    assert seen == [("apiVersion: v1\nkind: Config\n", None)]
+    # A changed credential never counts as a change of the resource.
+    assert not provider.diff("id", outs, {**outs}).changes
+
+
+def test_kubeadm_config_unconfigured_provider_refuses_to_guess_a_cluster() -> None:
+    provider = KubeadmConfigProvider(lambda kubeconfig, context: FakeConfigMapApi(V1BETA4))
+    with pytest.raises(NodeApiError, match="did not configure the provider"):
+        provider.create(_props())

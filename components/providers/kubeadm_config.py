@@ -30,6 +30,7 @@ import yaml
 from pulumi.dynamic import (
     CheckFailure,
     CheckResult,
+    ConfigureRequest,
     CreateResult,
     DiffResult,
     ReadResult,
@@ -37,17 +38,15 @@ from pulumi.dynamic import (
     ResourceProvider,
     UpdateResult,
 )
-from pulumi.runtime.rpc import UNKNOWN
 
+from components.providers.credentials import Credentials, from_stack_config
 from components.providers.node_api import (
     FIELD_MANAGER,
     Mutate,
     NodeApiError,
     api_client_from_kubeconfig,
     call_api,
-    credential_props,
     read_modify_write,
-    secret_credentials,
 )
 
 NAMESPACE = "kube-system"
@@ -369,9 +368,17 @@ class KubeadmConfigProvider(ResourceProvider):
     def __init__(self, connect_api: Connect = connect) -> None:
         super().__init__()
         self._connect = connect_api
+        self._credentials: Credentials | None = None
 
-    def _api(self, props: Mapping[str, Any]) -> ConfigMapApi:
-        return self._connect(props["kubeconfig"], props.get("context") or None)
+    def configure(self, req: ConfigureRequest) -> None:
+        """The current run's credentials (see components/providers/credentials.py)."""
+        self._credentials = from_stack_config(req.config)
+
+    def _api(self, _props: Mapping[str, Any]) -> ConfigMapApi:
+        if self._credentials is None:
+            # Never fall back to ambient or stored credentials: either could be another cluster.
+            raise NodeApiError("no cluster credentials: the engine did not configure the provider")
+        return self._connect(self._credentials.kubeconfig, self._credentials.context)
 
     def _apply(self, props: Mapping[str, Any]) -> dict[str, Any]:
         api = self._api(props)
@@ -383,10 +390,8 @@ class KubeadmConfigProvider(ResourceProvider):
         return {**props, "added": recorded(cm, props["stack"]), "in_sync": True}
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
-        kubeconfig = news.get("kubeconfig")
         requested = news.get("feature_gates") or {}
-        if not isinstance(kubeconfig, str) or kubeconfig == UNKNOWN or not requested:
-            # Unknown during a preview, or nothing to check.
+        if not requested:
             return CheckResult(inputs={**news, "gates": requested, "notes": {}}, failures=[])
         api = self._api(news)
         try:
@@ -409,7 +414,7 @@ class KubeadmConfigProvider(ResourceProvider):
         return UpdateResult(outs=self._apply(news))
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        fields = ("admission_plugins", "gates", "kubeconfig", "context", "notes")
+        fields = ("admission_plugins", "gates", "notes")
         changed = [k for k in fields if olds.get(k) != news.get(k)]
         replaces = ["stack"] if olds.get("stack") != news.get("stack") else []
         if olds.get("in_sync") is False:
@@ -450,8 +455,6 @@ class KubeadmConfig(Resource, module="gpu-cluster", name="KubeadmConfig"):
         stack: pulumi.Input[str],
         admission_plugins: pulumi.Input[list[str]],
         feature_gates: pulumi.Input[Mapping[str, bool]],
-        kubeconfig: pulumi.Input[str],
-        context: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
         provider: KubeadmConfigProvider | None = None,
     ) -> None:
@@ -462,6 +465,5 @@ class KubeadmConfig(Resource, module="gpu-cluster", name="KubeadmConfig"):
             "gates": None,
             "notes": None,
             "added": None,
-            **credential_props(kubeconfig, context),
         }
-        super().__init__(provider or KubeadmConfigProvider(), name, props, secret_credentials(opts))
+        super().__init__(provider or KubeadmConfigProvider(), name, props, opts)

@@ -177,6 +177,13 @@ def _api_error(status: int, reason: str, node: str, what: str, server: str) -> N
     return api_error(status, reason, f"node {node!r}", what, server, NodeNotFound)
 
 
+STALE_CREDENTIALS_HINT = (
+    "If the credentials changed since the last `pulumi up`, run `pulumi refresh --run-program` "
+    "or `pulumi destroy --run-program`: without it the engine reuses the provider "
+    "configuration saved by the last up"
+)
+
+
 def api_error(
     status: int,
     reason: str,
@@ -190,7 +197,12 @@ def api_error(
         return not_found(f"{subject} not found on API server {server}")
     if status == 409:
         return Conflict(f"{subject} changed on API server {server} while updating it: {reason}")
-    if status in (401, 403):
+    if status == 401:
+        return NodeApiError(
+            f"API server {server} refused the credentials to {what} {subject} "
+            f"(HTTP {status}): {reason}. {STALE_CREDENTIALS_HINT}"
+        )
+    if status == 403:
         return NodeApiError(
             f"API server {server} refused the credentials to {what} {subject} "
             f"(HTTP {status}): {reason}"

@@ -23,17 +23,16 @@ from components.providers.kubeadm_config import KubeadmConfig
 from tests.integration.conftest import require_tools
 from tests.integration.test_kubeadm_config_live import CLUSTER_CONFIGURATION
 from tools.harness import CONTROL_PLANE_TOOLS, LocalControlPlane
-from tools.harness.pulumi_engine import PULUMI_ENGINE_TOOLS, inline_stack
+from tools.harness.pulumi_engine import PULUMI_ENGINE_TOOLS, inline_stack, use_cluster
 
 
-def _program(kubeconfig: str, plugins: list[str], gates: dict[str, bool]) -> auto.PulumiFn:
+def _program(plugins: list[str], gates: dict[str, bool]) -> auto.PulumiFn:
     def program() -> None:
         config = KubeadmConfig(
             "kubeadm-config",
             stack="engine",
             admission_plugins=plugins,
             feature_gates=gates,
-            kubeconfig=pulumi.Output.secret(kubeconfig),
         )
         pulumi.export("gates", config.gates)
         pulumi.export("notes", config.notes)
@@ -49,8 +48,11 @@ class Engine:
         self.core = client.CoreV1Api(self.api)
 
     def stack(self, plugins: list[str], gates: dict[str, bool]) -> auto.Stack:
-        program = _program(self.cp.kubeconfig_yaml(), plugins, gates)
-        return inline_stack("gpu-cluster-kubeadm", "engine", program, self.state_dir)
+        stack = inline_stack(
+            "gpu-cluster-kubeadm", "engine", _program(plugins, gates), self.state_dir
+        )
+        use_cluster(stack, self.cp.kubeconfig_yaml())
+        return stack
 
     def document(self) -> dict[str, Any]:
         cm = self.core.read_namespaced_config_map("kubeadm-config", "kube-system")
@@ -93,17 +95,23 @@ def test_kubeadm_config_engine_up_rerun_update_destroy(engine: Engine) -> None:
         "NodeRestriction,ExtendedResourceToleration"
     )
 
-    # The kubeconfig is in the state only encrypted, as an input and as an output.
+    # No credentials in the state: the provider reads them from the run's stack config.
     (state,) = engine.state_dir.glob("backend/.pulumi/stacks/**/engine.json")
     text = state.read_text()
     resources = json.loads(text)["checkpoint"]["latest"]["resources"]
     (config,) = [r for r in resources if r["type"].endswith(":KubeadmConfig")]
     for side in ("inputs", "outputs"):
-        assert config[side]["kubeconfig"].get("ciphertext"), side
+        assert not {"kubeconfig", "context"} & set(config[side]), side
     assert "client-key-data" not in text
 
     again = stack.up()
     assert again.summary.resource_changes == {"same": 2}
+
+    # Rotated credentials (another user of the same cluster) are no change to the stack.
+    rotated = yaml.safe_load(engine.cp.kubeconfig_yaml())
+    rotated["users"][0]["name"] = rotated["contexts"][0]["context"]["user"] = "rotated"
+    use_cluster(stack, yaml.safe_dump(rotated))
+    assert stack.preview().change_summary == {"same": 2}
 
     updated = engine.stack([], {"CPUManagerPolicyBetaOptions": False}).up()
     assert updated.summary.resource_changes == {"same": 1, "update": 1}

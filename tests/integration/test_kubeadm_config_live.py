@@ -22,6 +22,7 @@ from components.providers.kubeadm_config import (
     annotation_key,
     feature_stages,
 )
+from tests.fake_node_api import configured, stack_config_request
 from tools.harness import LocalControlPlane
 
 CLUSTER_CONFIGURATION = """\
@@ -96,23 +97,22 @@ def _args(core: client.CoreV1Api, component: str) -> dict[str, str]:
     return {e["name"]: e["value"] for e in extra}
 
 
-def _props(kubeconfig: str, **overrides: Any) -> dict[str, Any]:
+def _props(**overrides: Any) -> dict[str, Any]:
     return {
         "stack": "live",
         "admission_plugins": ["ExtendedResourceToleration"],
         "feature_gates": {},
         "gates": {},
         "notes": {},
-        "kubeconfig": kubeconfig,
-        "context": "",
         **overrides,
     }
 
 
 def test_kubeadm_config_live_create_update_delete(core: client.CoreV1Api, kubeconfig: str) -> None:
     provider = KubeadmConfigProvider()
+    provider.configure(stack_config_request(kubeconfig))
     gates = {"CPUManagerPolicyBetaOptions": False}
-    outs = provider.create(_props(kubeconfig, feature_gates=gates, gates=gates)).outs
+    outs = provider.create(_props(feature_gates=gates, gates=gates)).outs
     assert outs is not None
     assert _args(core, "apiServer")["enable-admission-plugins"] == (
         "NodeRestriction,ExtendedResourceToleration"
@@ -120,7 +120,7 @@ def test_kubeadm_config_live_create_update_delete(core: client.CoreV1Api, kubeco
     assert _args(core, "scheduler") == {"feature-gates": "CPUManagerPolicyBetaOptions=false"}
     assert json.loads(_annotations(core)[annotation_key("live")]) == outs["added"]
 
-    news = _props(kubeconfig, admission_plugins=[], feature_gates={}, gates={})
+    news = _props(admission_plugins=[], feature_gates={}, gates={})
     provider.update("id", outs, news)
     assert _document(core) == yaml.safe_load(CLUSTER_CONFIGURATION)
 
@@ -150,8 +150,8 @@ def test_kubeadm_config_live_retries_after_a_concurrent_write(
             return super().merge_patch_configmap(namespace, name, patch)
 
     api = Interleaved(kubeconfig, None)
-    provider = KubeadmConfigProvider(lambda _k, _c: api)
-    provider.create(_props(kubeconfig))
+    provider = configured(KubeadmConfigProvider(lambda _k, _c: api))
+    provider.create(_props())
     assert api.raced
     args = _args(core, "apiServer")
     assert args["audit-log-maxage"] == "7"  # the other write survived
@@ -164,10 +164,11 @@ def test_kubeadm_config_live_check_reads_the_api_servers_gates(kubeconfig: str) 
     # v1.37.2: GA and on, and a beta gate.
     assert stages["InPlacePodVerticalScaling"] == ("", True)
     assert stages["CPUManagerPolicyBetaOptions"][0] == "BETA"
-    result = KubeadmConfigProvider().check(
+    provider = KubeadmConfigProvider()
+    provider.configure(stack_config_request(kubeconfig))
+    result = provider.check(
         {},
         _props(
-            kubeconfig,
             feature_gates={
                 "InPlacePodVerticalScaling": True,
                 "CPUManagerPolicyBetaOptions": False,
