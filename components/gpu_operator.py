@@ -154,7 +154,9 @@ class OperatorOptions(Settings):
     """The operator itself."""
 
     upgrade_crd: Annotated[bool, BOOL] = Field(default=True, alias="upgradeCRD")
-    """Upgrade the chart's CRDs from a pre-upgrade hook on `helm upgrade`."""
+    """Upgrade the chart's CRDs from its pre-upgrade hook on `helm upgrade`, with OpenAPI
+    validation of the release's manifests off (NVIDIA's upgrade procedure): they are checked
+    against the old CRDs before the hook has run."""
 
 
 class GpuOperatorSettings(Settings):
@@ -326,6 +328,8 @@ class GpuOperator(pulumi.ComponentResource):
             **helm_chart("gpu-operator", args.repository, args.version),
             namespace=namespace_name,
             values=values,
+            # The new ClusterPolicy may carry fields only the hook's new CRD knows.
+            disable_openapi_validation=args.operator.upgrade_crd,
             opts=child,
         )
 

@@ -113,6 +113,9 @@ class MonitoringStackSettings(Settings):
     (oci://host/path) or a local chart archive or directory (air-gapped installs)."""
     version: Annotated[str, chart_version(DEFAULT_VERSION)] = DEFAULT_VERSION
     """Chart version (pinned)."""
+    upgrade_crds: Annotated[bool, BOOL] = Field(default=True, alias="upgradeCRDs")
+    """Apply the chart's CRDs (server-side) from its pre-install/pre-upgrade hook, before the
+    release's own objects: Helm never upgrades a chart's CRDs by itself."""
     grafana_admin_secret: Annotated[str, SECRET_NAME] | None = None
     """Name of an existing Secret in `namespace` (keys admin-user, admin-password), instead of
     grafanaAdminPassword."""
@@ -165,8 +168,13 @@ class MonitoringStackArgs(MonitoringStackSettings):
 
 
 def stack_values(args: MonitoringStackArgs, grafana_secret: str) -> dict[str, Any]:
-    """The chart values: selectors, Grafana admin Secret and sidecar, then `args.values`."""
+    """The chart values: CRD upgrades, selectors, Grafana admin Secret and sidecar, then
+    `args.values`."""
     typed: dict[str, Any] = {
+        # The chart's CRD hook Job (pre-install, pre-upgrade, pre-rollback) runs
+        # `kubectl apply --server-side` on the new version's CRDs before Helm touches the
+        # release's objects, which are validated against them.
+        "crds": {"enabled": True, "upgradeJob": {"enabled": args.upgrade_crds}},
         "prometheus": {
             "prometheusSpec": {
                 # Select every monitor and rule in the cluster, not only the release's own.

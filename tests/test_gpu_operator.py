@@ -221,3 +221,17 @@ def test_gpu_operator_deep_merge_merges_objects_and_replaces_the_rest(
 ) -> None:
     assert deep_merge(base, override) == merged
     assert base != merged  # the inputs are not modified
+
+
+def test_gpu_operator_upgrades_its_crds_the_way_nvidia_documents() -> None:
+    """The chart's pre-upgrade hook applies the new CRDs; the release's manifests are not
+    validated against the old ones first (`helm upgrade --disable-openapi-validation`)."""
+    release = _release(_make_gpu_operator())
+    assert release.inputs["values"]["operator"]["upgradeCRD"] is True
+    assert release.inputs["disableOpenapiValidation"] is True
+
+
+def test_gpu_operator_without_crd_upgrades_keeps_openapi_validation() -> None:
+    release = _release(_make_gpu_operator(operator={"upgradeCRD": False}))
+    assert release.inputs["values"]["operator"]["upgradeCRD"] is False
+    assert release.inputs["disableOpenapiValidation"] is False

@@ -254,3 +254,20 @@ def test_monitoring_stack_program_refuses_a_password_stored_in_plain_text() -> N
     with pytest.raises(ConfigError, match=r"grafanaAdminPassword: got '\[plain text, not shown\]'"):
         run_program("prod", overrides, recording)
     assert recording.resources == []
+
+
+def test_monitoring_stack_upgrades_its_crds_before_the_release_and_the_objects_using_them() -> None:
+    """Helm installs a chart's CRDs once and never upgrades them; kube-prometheus-stack's
+    hook Job applies the new version's CRDs server-side before the release's objects, and the
+    stack's PrometheusRule and ServiceMonitor wait for the release."""
+    recording = _make_monitoring_stack()
+    release = _release(recording)
+    assert release.inputs["values"]["crds"] == {"enabled": True, "upgradeJob": {"enabled": True}}
+    for kind in (SERVICE_MONITOR, PROMETHEUS_RULE):
+        (obj,) = recording.of_type(kind)
+        assert release.urn in obj.dependencies
+
+
+def test_monitoring_stack_crd_upgrade_can_be_left_to_the_operator() -> None:
+    values = _release(_make_monitoring_stack(upgrade_crds=False)).inputs["values"]
+    assert values["crds"]["upgradeJob"] == {"enabled": False}
