@@ -173,6 +173,9 @@ class NodeSettings(Settings):
     """The Kubernetes Node name."""
     address: Annotated[str, NODE_ADDRESS] = ""
     """Host name or IP address SSH connects to (layers that edit host files need one)."""
+    previous_names: tuple[Annotated[str, NODE_NAME], ...] = ()
+    """Names this host had in the inventory before a rename: its SSH commands carry over
+    (Pulumi aliases) instead of being deleted on the old name and created on the new."""
 
 
 def _nodes_once(nodes: tuple[NodeSettings, ...]) -> tuple[NodeSettings, ...]:
@@ -185,6 +188,15 @@ def _nodes_once(nodes: tuple[NodeSettings, ...]) -> tuple[NodeSettings, ...]:
                 value=node.name,
             )
         seen.add(node.name)
+    for i, node in enumerate(nodes):
+        for j, old in enumerate(node.previous_names):
+            if old in seen:
+                raise problem(
+                    "a previous name must not be a node of the inventory (its commands would "
+                    "be claimed twice)",
+                    at=f"[{i}].previousNames[{j}]",
+                    value=old,
+                )
     return nodes
 
 
@@ -328,6 +340,7 @@ class StackConfig(Settings):
             stack=stack,
             ssh_private_key=self.ssh_private_key,
             addresses={node.name: node.address for node in self.nodes},
+            previous_names={node.name: node.previous_names for node in self.nodes},
         )
 
 

@@ -78,6 +78,8 @@ class RemoteHost:
     """Address SSH connects to."""
     host_key: str
     """The host's SSH public key (`ssh-ed25519 AAAA...`); the connection is refused otherwise."""
+    previous_names: tuple[str, ...] = ()
+    """Names the host had before a rename: its commands are aliased, not replaced."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,6 +209,10 @@ class ControlPlaneFeatures(pulumi.ComponentResource):
                     parent=self,
                     depends_on=chain[-1:],  # one host at a time: each waits for the previous
                     delete_before_replace=True,
+                    # A renamed host keeps its commands (no delete over SSH on the old name).
+                    aliases=[
+                        pulumi.Alias(name=f"{name}-{suffix}-{old}") for old in host.previous_names
+                    ],
                 ),
             )
             chain.append(cmd)

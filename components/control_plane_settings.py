@@ -176,6 +176,7 @@ class ControlPlaneSettings(Settings):
         stack: str,
         ssh_private_key: pulumi.Output[str] | None,
         addresses: Mapping[str, str],
+        previous_names: Mapping[str, Sequence[str]] | None = None,
     ) -> ControlPlaneFeaturesArgs:
         """ControlPlaneFeatures' inputs: these settings with hosts resolved to their addresses
         and host keys, the SSH key (a Pulumi secret, or None for the agent), the cluster access
@@ -187,6 +188,7 @@ class ControlPlaneSettings(Settings):
                     name=n,
                     address=addresses[n],
                     host_key=" ".join(self.host_keys.get(n, "").split()[:2]),
+                    previous_names=tuple((previous_names or {}).get(n, ())),
                 )
                 for n in names
             )

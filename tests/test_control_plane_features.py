@@ -421,3 +421,58 @@ def test_control_plane_features_host_unhealthy_kubelet_gets_its_old_config_back(
     assert "kubelet not healthy within 2s" in result.stderr
     assert host.kubelet_config.read_text() == "kind: KubeletConfiguration\n"
     assert host.calls.read_text().count("systemctl restart kubelet") == 2
+
+
+def test_control_plane_features_a_renamed_host_keeps_its_commands_through_aliases(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Renaming a host in the inventory moves its commands over (no delete over SSH on the
+    old name, which may no longer resolve); the other hosts' commands have no alias."""
+    import components.control_plane_features as module
+
+    aliases: dict[str, list[str]] = {}
+    original = module.remote.Command
+
+    def spy(resource_name: str, *args: Any, **kwargs: Any) -> Any:
+        opts = kwargs.get("opts")
+        aliases[resource_name] = [str(a.name) for a in (opts.aliases or [])] if opts else []
+        return original(resource_name, *args, **kwargs)
+
+    monkeypatch.setattr(module.remote, "Command", spy)
+    renamed = RemoteHost(
+        name="gpu-a", address="10.0.0.21", host_key=f"{HOST_KEY}21", previous_names=("gpu-1",)
+    )
+    _make_features(kubelet_hosts=[renamed, _host("gpu-2", 22)])
+    assert aliases["cpf-kubelet-gpu-a"] == ["cpf-kubelet-gpu-1"]
+    assert aliases["cpf-kubelet-gpu-2"] == []
+    assert all(v == [] for k, v in aliases.items() if not k.endswith("gpu-a"))
+
+
+def test_control_plane_features_previous_names_come_from_the_inventory() -> None:
+    from stack_config import parse_stack_config
+
+    config = parse_stack_config(
+        {
+            "nodes": [{"name": "gpu-a", "address": "10.0.0.21", "previousNames": ["gpu-1"]}],
+        }
+    )
+    (node,) = config.nodes
+    assert node.previous_names == ("gpu-1",)
+
+
+def test_control_plane_features_a_previous_name_that_is_still_a_node_is_refused() -> None:
+    from stack_config import parse_stack_config
+
+    with pytest.raises(ConfigError) as excinfo:
+        parse_stack_config(
+            {
+                "nodes": [
+                    {"name": "gpu-a", "address": "10.0.0.21", "previousNames": ["gpu-b"]},
+                    {"name": "gpu-b", "address": "10.0.0.22"},
+                ]
+            }
+        )
+    assert [str(p) for p in excinfo.value.problems] == [
+        "gpu-cluster:nodes[0].previousNames[0]: got 'gpu-b'; a previous name must not be a node "
+        "of the inventory (its commands would be claimed twice)"
+    ]

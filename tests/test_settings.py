@@ -33,7 +33,7 @@ def test_settings_unknown_key_in_a_list_item_names_the_keys_allowed_there() -> N
     with pytest.raises(ConfigError) as excinfo:
         parse_stack_config({"nodes": [{"name": "cp-1", "adress": "10.0.0.1"}]})
     assert [str(p) for p in excinfo.value.problems] == [
-        "gpu-cluster:nodes[0].adress: unknown key; allowed: name, address"
+        "gpu-cluster:nodes[0].adress: unknown key; allowed: name, address, previousNames"
     ]
 
 
