@@ -40,6 +40,7 @@ from kubernetes import client
 
 from components.providers.kubeadm_config import KubeadmConfigProvider
 from tests.fake_kubeadm_host import COMPONENTS, FakeHost
+from tests.fake_node_api import stack_config_request
 from tests.integration.conftest import built_tool
 from tests.test_control_plane_features import registered_commands
 from tools.harness import LocalControlPlane
@@ -197,6 +198,13 @@ def _pod_tolerations(cp: LocalControlPlane) -> list[tuple[str, str, str]]:
     return [(str(t.key), str(t.operator), str(t.effect)) for t in tolerations if t.key == RESOURCE]
 
 
+def _configured(control_plane: LocalControlPlane) -> KubeadmConfigProvider:
+    """The provider configured with the stack's credentials, as the engine configures it."""
+    provider = KubeadmConfigProvider()
+    provider.configure(stack_config_request(control_plane.kubeconfig_yaml()))
+    return provider
+
+
 def test_kubeadm_live_renders_the_stacks_change_and_the_api_server_admits_with_it(
     kubeadm: Path,
     kubeadm_cluster: str,
@@ -205,7 +213,7 @@ def test_kubeadm_live_renders_the_stacks_change_and_the_api_server_admits_with_i
     control_plane_factory: Callable[..., LocalControlPlane],
     tmp_path: Path,
 ) -> None:
-    provider = KubeadmConfigProvider()
+    provider = _configured(control_plane)
     gates = {"CPUManagerPolicyBetaOptions": True}
     props = {
         "stack": "live",
@@ -213,8 +221,6 @@ def test_kubeadm_live_renders_the_stacks_change_and_the_api_server_admits_with_i
         "feature_gates": gates,
         "gates": gates,
         "notes": {},
-        "kubeconfig": control_plane.kubeconfig_yaml(),
-        "context": "",
     }
     outs = provider.create(props).outs
     assert outs is not None
@@ -410,15 +416,13 @@ def test_kubeadm_live_host_regenerates_with_kubeadms_upgrade_phase(
     apiserver = real.manifests / "kube-apiserver.yaml"
     before = apiserver.read_text()
     unchanged = {c: kubelet.seen[c] for c in COMPONENTS if c != "kube-apiserver"}
-    KubeadmConfigProvider().create(
+    _configured(control_plane).create(
         {
             "stack": "dev",
             "admission_plugins": ["ExtendedResourceToleration"],
             "feature_gates": {},
             "gates": {},
             "notes": {},
-            "kubeconfig": control_plane.kubeconfig_yaml(),
-            "context": "",
         }
     )
     (tmp_path / "host").mkdir()
@@ -446,15 +450,13 @@ def test_kubeadm_live_host_failure_is_rolled_back_by_kubeadm_and_stops_the_comma
     kubelet.stop()  # the new kube-apiserver never comes up
     apiserver = real.manifests / "kube-apiserver.yaml"
     before = apiserver.read_text()
-    KubeadmConfigProvider().create(
+    _configured(control_plane).create(
         {
             "stack": "dev",
             "admission_plugins": ["ExtendedResourceToleration"],
             "feature_gates": {},
             "gates": {},
             "notes": {},
-            "kubeconfig": control_plane.kubeconfig_yaml(),
-            "context": "",
         }
     )
     (tmp_path / "host").mkdir()
