@@ -6,7 +6,7 @@ Layers, in the order they are built:
   3. ControlPlaneFeatures  - admission plugins and feature gates over SSH, one host at a time.
   4. GpuOperator           - NVIDIA GPU Operator Helm release, tolerating the pool's taint.
   5. BinpackScheduler      - second kube-scheduler that packs GPU pods onto the fewest nodes.
-  6. OpaGate               - admission that keeps GPU pods on that scheduler.
+  6. OpaGate               - admission that routes GPU pods to that scheduler (or refuses them).
   7. MonitoringStack       - Prometheus, DCGM metrics, dashboard and alerts.
 
 This file only wires: read the validated config, build each layer, export outputs.
@@ -87,6 +87,7 @@ gate = OpaGate(
         access=access,
         scheduler_name=scheduler.scheduler_name,
         gpu_resources=advertised_names,
+        pool_toleration=gpu_pool.toleration,
     ),
 )
 

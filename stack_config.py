@@ -30,7 +30,14 @@ from components.control_plane_settings import ControlPlaneSettings
 from components.extended_resource_node import ExtendedResourcesSettings
 from components.gpu_operator import GpuOperatorSettings
 from components.monitoring_stack import MonitoringStackSettings
-from components.opa_gate import BASE_GPU_RESOURCES, OpaGateArgs, OpaGateSettings
+from components.opa_gate import (
+    ADMISSION_ENGINES,
+    BASE_GPU_RESOURCES,
+    ROUTING_ENGINE,
+    ROUTING_MIN_MINOR,
+    OpaGateArgs,
+    OpaGateSettings,
+)
 from components.settings import (
     NODE_NAME,
     PLAIN_TEXT_SHOWN,
@@ -213,7 +220,7 @@ class StackConfig(Settings):
     scheduler: BinpackSchedulerSettings = Field(default_factory=BinpackSchedulerSettings)
     """The second kube-scheduler that bin-packs GPU pods (BinpackScheduler)."""
     admission: OpaGateSettings = Field(default_factory=OpaGateSettings)
-    """The gate that rejects GPU pods not using the binpack scheduler (OpaGate)."""
+    """The gate that routes GPU pods to the binpack scheduler, or refuses them (OpaGate)."""
     control_plane: ControlPlaneSettings = Field(default_factory=ControlPlaneSettings)
     """Admission plugins and feature gates edited over SSH (ControlPlaneFeatures)."""
     ssh_private_key: Annotated[
@@ -258,6 +265,23 @@ class StackConfig(Settings):
                 value=self.kube_context,
             )
         return self
+
+    @model_validator(mode="after")
+    def _routing_needs_its_ga_api(self) -> Self:
+        """MutatingAdmissionPolicy is GA (admissionregistration.k8s.io/v1) from v1.36; before,
+        it is a beta API behind a feature gate that a cluster may not have on. The check is on
+        kubernetesVersion, one source, rather than a second API version to keep in step."""
+        minor = int(self.kubernetes_version.split(".")[1])
+        if self.admission.engine != ROUTING_ENGINE or minor >= ROUTING_MIN_MINOR:
+            return self
+        others = ", ".join(e for e in ADMISSION_ENGINES if e != ROUTING_ENGINE)
+        raise problem(
+            f"needs kubernetesVersion v1.{ROUTING_MIN_MINOR} or newer (MutatingAdmissionPolicy "
+            f"is GA there; kubernetesVersion is {self.kubernetes_version}); allowed on this "
+            f"version: {others}",
+            key="admission.engine",
+            value=self.admission.engine,
+        )
 
     @model_validator(mode="after")
     def _one_layer_per_namespace(self) -> Self:

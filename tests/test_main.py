@@ -144,3 +144,18 @@ def test_main_engines_and_failure_policy_differ_per_stack() -> None:
         "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration"
     )
     assert webhook.inputs["webhooks"][0]["failurePolicy"] == "Fail"
+
+
+def test_main_routing_gives_gpu_pods_the_pools_toleration() -> None:
+    recording = run_program("dev", {"admission": {"engine": "mutating-admission-policy"}})
+    (routing,) = recording.of_type(
+        "kubernetes:admissionregistration.k8s.io/v1:MutatingAdmissionPolicy"
+    )
+    (_, tolerate) = (m["jsonPatch"]["expression"] for m in routing.inputs["spec"]["mutations"])
+    # The toleration comes from the pool's output: the taint written once, in gpuPool.
+    assert (
+        'Object.spec.tolerations{key: "nvidia.com/gpu", operator: "Equal", value: "present",'
+        ' effect: "NoSchedule"}'
+    ) in tolerate
+    taints = {r.urn for r in recording.resources if r.name.startswith("gpu-pool-taint-")}
+    assert taints and taints <= set(routing.dependencies)

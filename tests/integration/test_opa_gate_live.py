@@ -31,7 +31,6 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from components.opa_gate import (
-    ADMISSION_ENGINES,
     GATE_CONFIG_FILE,
     GATE_NAME,
     OPA_PRIORITY_CLASS,
@@ -44,6 +43,8 @@ from components.opa_gate import (
     opa_disruption_budget,
     opa_run_args,
     policy_files,
+    routing_binding_spec,
+    routing_policy_spec,
     webhook_spec,
 )
 from tests.integration.conftest import built_tool
@@ -72,6 +73,17 @@ DENIAL = {
         r"^pods \"[^\"]+\" is forbidden: ValidatingAdmissionPolicy"
         rf" '{GATE_NAME}' with binding '{GATE_NAME}' denied request: (?P<message>.*)$"
     ),
+}
+# The routing engine refuses through the same ValidatingAdmissionPolicy.
+DENIAL["mutating-admission-policy"] = DENIAL["validating-admission-policy"]
+ROUTING = "mutating-admission-policy"
+# The engines that refuse GPU pods off the scheduler rather than route them.
+REJECT_ENGINES = ("opa", "validating-admission-policy")
+POOL_TOLERATION = {
+    "key": "nvidia.com/gpu",
+    "operator": "Equal",
+    "value": "present",
+    "effect": "NoSchedule",
 }
 
 
@@ -278,6 +290,34 @@ def _webhook_engine(cp: LocalControlPlane, opa: OpaServer) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _routing_policy(cp: LocalControlPlane) -> Iterator[None]:
+    api = "/apis/admissionregistration.k8s.io/v1"
+    policy = {
+        "metadata": {"name": GATE_NAME},
+        "spec": routing_policy_spec(GATE_CONFIG, POOL_TOLERATION, gate_namespace=GATE_NAMESPACE),
+    }
+    binding = {
+        "metadata": {"name": GATE_NAME},
+        "spec": routing_binding_spec(gate_namespace=GATE_NAMESPACE),
+    }
+    cp.request("POST", f"{api}/mutatingadmissionpolicies", policy)
+    try:
+        cp.request("POST", f"{api}/mutatingadmissionpolicybindings", binding)
+        try:
+            yield
+        finally:
+            cp.request("DELETE", f"{api}/mutatingadmissionpolicybindings/{GATE_NAME}")
+    finally:
+        cp.request("DELETE", f"{api}/mutatingadmissionpolicies/{GATE_NAME}")
+
+
+@contextlib.contextmanager
+def _routing_engine(cp: LocalControlPlane) -> Iterator[None]:
+    with _policy_engine(cp), _routing_policy(cp):
+        yield
+
+
+@contextlib.contextmanager
 def _policy_engine(cp: LocalControlPlane) -> Iterator[None]:
     api = "/apis/admissionregistration.k8s.io/v1"
     policy = {
@@ -303,13 +343,22 @@ def _policy_engine(cp: LocalControlPlane) -> Iterator[None]:
 def _engine_active(
     engine: str, cp: LocalControlPlane, api_client: Any, namespace: str, opa: OpaServer | None
 ) -> Iterator[None]:
-    """The engine registered and in force; afterwards removed and no longer enforced."""
-    probe = _pod(f"probe-{uuid.uuid4().hex[:6]}", GPU)
+    """The engine registered and in force; afterwards removed and no longer enforced.
+
+    A GPU pod on a scheduler of its own is refused by every engine; the routing engine is
+    in force once it also routes a GPU pod that names none.
+    """
+    probe = _pod(f"probe-{uuid.uuid4().hex[:6]}", GPU, scheduler="team-scheduler")
+    unrouted = _pod(f"probe-{uuid.uuid4().hex[:6]}", GPU)
     last: list[str | None] = [None]
 
     def outcome() -> str | None:
         last[0] = _create(api_client, namespace, probe)
         return last[0]
+
+    def routed() -> bool:
+        last[0] = _create(api_client, namespace, unrouted)
+        return last[0] is None
 
     def diagnose() -> str:
         logs = cp.logs()["kube-apiserver"]
@@ -317,14 +366,22 @@ def _engine_active(
             logs += f"\n--- opa ---\n{opa.process.tail()}"
         return f"last answer for a GPU pod: {last[0]!r}\n{logs}"
 
-    registered = _webhook_engine(cp, opa) if opa is not None else _policy_engine(cp)
+    registered = (
+        _webhook_engine(cp, opa)
+        if opa is not None
+        else _routing_engine(cp)
+        if engine == ROUTING
+        else _policy_engine(cp)
+    )
     with registered:
         _wait_for(f"{engine} denying a GPU pod", lambda: _denied_by(engine, outcome()), diagnose)
+        if engine == ROUTING:
+            _wait_for(f"{engine} routing a GPU pod", routed, diagnose)
         yield
     _wait_for(f"{engine} removed", lambda: outcome() is None, diagnose)
 
 
-@pytest.fixture(params=ADMISSION_ENGINES)
+@pytest.fixture(params=REJECT_ENGINES)
 def engine(
     request: pytest.FixtureRequest,
     control_plane: LocalControlPlane,
@@ -380,6 +437,79 @@ def test_opa_gate_live_admits_gpu_pod_in_excluded_namespace(
 ) -> None:
     namespace = namespaces.own if excluded == "own" else "kube-system"
     assert _create(api_client, namespace, _pod("train-3", GPU)) is None
+
+
+# ------------------------------------------------------------------ routing
+
+
+@pytest.fixture
+def routing(
+    control_plane: LocalControlPlane, api_client: Any, namespaces: Namespaces
+) -> Iterator[None]:
+    """The routing engine (MutatingAdmissionPolicy and ValidatingAdmissionPolicy) in force."""
+    with _engine_active(ROUTING, control_plane, api_client, namespaces.gated, None):
+        yield
+
+
+def _admitted(api_client: Any, namespace: str, pod: client.V1Pod) -> Any:
+    """The pod as the API server would store it (dry run)."""
+    created: Any = client.CoreV1Api(api_client).create_namespaced_pod(namespace, pod, dry_run="All")
+    return created
+
+
+def _pool_tolerations(pod: Any) -> list[tuple[Any, ...]]:
+    return [
+        (t.key, t.operator, t.value, t.effect)
+        for t in pod.spec.tolerations or []
+        if t.key == POOL_TOLERATION["key"]
+    ]
+
+
+def test_opa_gate_live_routing_sets_scheduler_and_pool_toleration(
+    routing: None, api_client: Any, namespaces: Namespaces
+) -> None:
+    pod = _admitted(api_client, namespaces.gated, _pod("routed-0", GPU))
+    assert pod.spec.scheduler_name == SCHEDULER
+    assert _pool_tolerations(pod) == [("nvidia.com/gpu", "Equal", "present", "NoSchedule")]
+
+
+def test_opa_gate_live_routing_keeps_a_toleration_that_covers_the_taint(
+    routing: None, api_client: Any, namespaces: Namespaces
+) -> None:
+    own: Any = _pod("routed-1", GPU)
+    own.spec.tolerations = [client.V1Toleration(key="nvidia.com/gpu", operator="Exists")]
+    pod = _admitted(api_client, namespaces.gated, own)
+    assert pod.spec.scheduler_name == SCHEDULER
+    assert _pool_tolerations(pod) == [("nvidia.com/gpu", "Exists", None, None)]
+
+
+def test_opa_gate_live_routing_leaves_cpu_pods_alone(
+    routing: None, api_client: Any, namespaces: Namespaces
+) -> None:
+    pod = _admitted(api_client, namespaces.gated, _pod("web-routed", CPU))
+    assert pod.spec.scheduler_name == "default-scheduler"
+    assert _pool_tolerations(pod) == []
+
+
+def test_opa_gate_live_routing_refuses_another_scheduler(
+    routing: None, api_client: Any, namespaces: Namespaces
+) -> None:
+    outcome = _create(api_client, namespaces.gated, _pod("own-0", GPU, scheduler="team-sched"))
+    denial = DENIAL[ROUTING].match(outcome or "")
+    assert denial, f"not refused: {outcome}"
+    assert denial["message"] == (
+        f'pod "{namespaces.gated}/own-0" requests nvidia.com/gpu but spec.schedulerName'
+        f' is "team-sched"; GPU pods must set spec.schedulerName: {SCHEDULER}'
+    )
+
+
+def test_opa_gate_live_routing_refuses_a_pod_created_bound_to_a_node(
+    routing: None, api_client: Any, namespaces: Namespaces
+) -> None:
+    bound: Any = _pod("bound-0", GPU)
+    bound.spec.node_name = "gpu-node-1"
+    outcome = _create(api_client, namespaces.gated, bound)
+    assert _denied_by(ROUTING, outcome), f"not refused: {outcome}"
 
 
 OPA_SELECTOR = {"app.kubernetes.io/name": "opa"}
