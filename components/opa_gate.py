@@ -50,6 +50,7 @@ from pydantic import Field
 
 from components.cluster_access import ClusterAccess
 from components.settings import BOOL, Runtime, Settings, between, choice
+from policies import gpu_scheduler_cel as cel
 
 TOKEN = "gpu-cluster:index:OpaGate"
 
@@ -75,8 +76,6 @@ BASE_GPU_PREFIXES = ("nvidia.com/mig-",)
 # Ref: https://kubernetes.io/docs/reference/access-authn-authz/mutating-admission-policy/
 ROUTING_ENGINE: AdmissionEngine = "mutating-admission-policy"
 ROUTING_MIN_MINOR = 36
-# What kube-apiserver fills in for a pod that leaves spec.schedulerName unset.
-DEFAULT_SCHEDULER = "default-scheduler"
 # Name of the ValidatingWebhookConfiguration, ValidatingAdmissionPolicy and its binding
 # (and of the MutatingAdmissionPolicy and its binding).
 GATE_NAME = "gpu-scheduler-gate"
@@ -169,45 +168,6 @@ def opa_run_args(
     ]
 
 
-def _cel_literal(value: str | Sequence[str]) -> str:
-    # JSON strings and lists of strings are valid CEL literals.
-    return json.dumps(value if isinstance(value, str) else list(value))
-
-
-# Every container of the pod under review, in CEL.
-_CEL_CONTAINERS = (
-    "object.spec.containers"
-    " + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
-    " + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])"
-)
-
-
-def _cel_gpu_names(section: str, resources: str, prefixes: str) -> str:
-    """CEL: the GPU resources container `c` asks for in `section`, quantity above zero."""
-    return (
-        f"(has(c.resources.{section}) ? c.resources.{section}.filter(r,"
-        f" (r in {resources} || {prefixes}.exists(p, r.startsWith(p)))"
-        f" && quantity(string(c.resources.{section}[r])).isGreaterThan(quantity('0'))) : [])"
-    )
-
-
-def _cel_gpu_by_container(containers: str, resources: str, prefixes: str) -> str:
-    """CEL: for each of `containers`, the GPU resources (`resources`, `prefixes`) it asks for."""
-    return (
-        f"{containers}.map(c, !has(c.resources) ? [] : "
-        + _cel_gpu_names("requests", resources, prefixes)
-        + " + "
-        + _cel_gpu_names("limits", resources, prefixes)
-        + ")"
-    )
-
-
-def _cel_gate_lists(config: Mapping[str, Any]) -> tuple[str, str]:
-    """The gated resource names and prefixes of gate_data(), as CEL list literals."""
-    prefixes = [p for p in config["gpu_resource_prefixes"] if p]
-    return _cel_literal(config["gpu_resources"]), _cel_literal(prefixes)
-
-
 def gpu_request_condition(config: Mapping[str, Any]) -> str:
     """CEL, true when the pod asks for a gated GPU resource: the webhook's match condition.
 
@@ -215,9 +175,7 @@ def gpu_request_condition(config: Mapping[str, Any]) -> str:
     written in (match conditions have no variables). Requests for other resources never
     reach OPA, so an OPA outage cannot hold them back.
     """
-    resources, prefixes = _cel_gate_lists(config)
-    by_container = _cel_gpu_by_container(f"({_CEL_CONTAINERS})", resources, prefixes)
-    return f"{by_container}.exists(l, size(l) > 0)"
+    return cel.requests_gpu(config)
 
 
 def opa_affinity(selector: Mapping[str, str]) -> dict[str, Any]:
@@ -297,10 +255,6 @@ def webhook_spec(
     }
 
 
-# The smallest string of a non-empty list L, in CEL (no sort() in the API server's CEL).
-_CEL_SMALLEST = "{l}.filter(x, {l}.all(y, x <= y))[0]"
-
-
 def admission_policy_spec(
     config: Mapping[str, Any],
     failure_policy: FailurePolicy = "Fail",
@@ -316,26 +270,6 @@ def admission_policy_spec(
     the first of the Rego policy's (sorted) messages.
     Ref: https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/
     """
-    resources, prefixes = _cel_gate_lists(config)
-    variables = {
-        "gpuResources": resources,
-        "gpuPrefixes": prefixes,
-        "requiredScheduler": _cel_literal(config["scheduler_name"]),
-        "containers": _CEL_CONTAINERS,
-        "gpuByContainer": _cel_gpu_by_container(
-            "variables.containers", "variables.gpuResources", "variables.gpuPrefixes"
-        ),
-        # The first GPU resource (by name) of each container asking for one.
-        "gpuNames": "variables.gpuByContainer.filter(l, size(l) > 0)"
-        ".map(l, " + _CEL_SMALLEST.format(l="l") + ")",
-        "podName": "(has(object.metadata.namespace) && object.metadata.namespace != ''"
-        " ? object.metadata.namespace : request.namespace) + '/'"
-        " + (has(object.metadata.name) && object.metadata.name != ''"
-        " ? object.metadata.name : (has(object.metadata.generateName)"
-        " ? object.metadata.generateName : '<unnamed>'))",
-        "schedulerShown": "has(object.spec.schedulerName)"
-        " ? '\"' + object.spec.schedulerName + '\"' : 'unset'",
-    }
     return {
         "failurePolicy": failure_policy,
         "matchConstraints": {
@@ -349,36 +283,10 @@ def admission_policy_spec(
                 }
             ],
         },
-        "variables": [{"name": n, "expression": e} for n, e in variables.items()],
-        "validations": [
-            {
-                "expression": "size(variables.gpuNames) == 0"
-                " || (has(object.spec.schedulerName)"
-                " && object.spec.schedulerName == variables.requiredScheduler)",
-                "messageExpression": "'pod \"' + variables.podName + '\" requests '"
-                " + "
-                + _CEL_SMALLEST.format(l="variables.gpuNames")
-                + " + ' but spec.schedulerName is ' + variables.schedulerShown"
-                " + '; GPU pods must set spec.schedulerName: ' + variables.requiredScheduler",
-                "reason": "Forbidden",
-            },
-            {
-                # A pod created bound to a node is never scheduled; only a kubelet's mirror
-                # pods (created by the node itself) may come bound.
-                # (Only reported once the scheduler name is right, as the Rego policy does.)
-                "expression": "size(variables.gpuNames) == 0"
-                " || !(has(object.spec.schedulerName)"
-                " && object.spec.schedulerName == variables.requiredScheduler)"
-                " || !has(object.spec.nodeName) || object.spec.nodeName == ''"
-                " || request.userInfo.username.startsWith('system:node:')",
-                "messageExpression": "'pod \"' + variables.podName + '\" requests '"
-                " + "
-                + _CEL_SMALLEST.format(l="variables.gpuNames")
-                + " + ' but sets spec.nodeName, which skips the scheduler; GPU pods are placed"
-                " by ' + variables.requiredScheduler",
-                "reason": "Forbidden",
-            },
+        "variables": [
+            {"name": n, "expression": e} for n, e in cel.validation_variables(config).items()
         ],
+        "validations": cel.validations(),
     }
 
 
@@ -391,24 +299,6 @@ def admission_policy_binding_spec(
         "validationActions": ["Deny"],
         "matchResources": {"namespaceSelector": namespace_selector(gate_namespace)},
     }
-
-
-def _cel_tolerates(toleration: Mapping[str, str]) -> str:
-    """CEL, true when toleration `t` of the pod already tolerates the pool's taint.
-
-    As the scheduler matches them: an empty key with Exists tolerates every taint, an empty
-    effect every effect, Exists every value, Equal (the default) only the same value.
-    Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/
-    """
-    key = _cel_literal(toleration["key"])
-    value = _cel_literal(toleration.get("value", ""))
-    effect = _cel_literal(toleration["effect"])
-    exists = "(has(t.operator) && t.operator == 'Exists')"
-    return (
-        f"((has(t.key) && t.key == {key}) || ((!has(t.key) || t.key == '') && {exists}))"
-        f" && (!has(t.effect) || t.effect == '' || t.effect == {effect})"
-        f" && ({exists} || (has(t.value) ? t.value : '') == {value})"
-    )
 
 
 def routing_policy_spec(
@@ -431,35 +321,6 @@ def routing_policy_spec(
     changes nothing.
     Ref: https://kubernetes.io/docs/reference/access-authn-authz/mutating-admission-policy/
     """
-    scheduler = _cel_literal(config["scheduler_name"])
-    variables = {
-        "requiredScheduler": scheduler,
-        "unrouted": "!has(object.spec.schedulerName)"
-        f" || object.spec.schedulerName in ['', {_cel_literal(DEFAULT_SCHEDULER)}]",
-        "onStackScheduler": "variables.unrouted"
-        " || object.spec.schedulerName == variables.requiredScheduler",
-    }
-    mutations = [
-        "variables.unrouted ? [JSONPatch{op: 'add', path: '/spec/schedulerName',"
-        " value: variables.requiredScheduler}] : []"
-    ]
-    if toleration is not None:
-        fields = ", ".join(
-            f"{field}: {_cel_literal(toleration[field])}"
-            for field in ("key", "operator", "value", "effect")
-            if field in toleration
-        )
-        item = f"Object.spec.tolerations{{{fields}}}"
-        variables["tolerated"] = (
-            "has(object.spec.tolerations)"
-            f" && object.spec.tolerations.exists(t, {_cel_tolerates(toleration)})"
-        )
-        mutations.append(
-            "!variables.onStackScheduler || variables.tolerated ? []"
-            " : has(object.spec.tolerations)"
-            f" ? [JSONPatch{{op: 'add', path: '/spec/tolerations/-', value: {item}}}]"
-            f" : [JSONPatch{{op: 'add', path: '/spec/tolerations', value: [{item}]}}]"
-        )
     return {
         "failurePolicy": failure_policy,
         "reinvocationPolicy": "IfNeeded",
@@ -476,14 +337,15 @@ def routing_policy_spec(
         },
         "matchConditions": [
             {"name": "requests-gpu", "expression": gpu_request_condition(config)},
-            {
-                "name": "not-bound",
-                "expression": "!has(object.spec.nodeName) || object.spec.nodeName == ''",
-            },
+            {"name": "not-bound", "expression": cel.UNBOUND},
         ],
-        "variables": [{"name": n, "expression": e} for n, e in variables.items()],
+        "variables": [
+            {"name": n, "expression": e}
+            for n, e in cel.routing_variables(config, toleration).items()
+        ],
         "mutations": [
-            {"patchType": "JSONPatch", "jsonPatch": {"expression": e}} for e in mutations
+            {"patchType": "JSONPatch", "jsonPatch": {"expression": e}}
+            for e in cel.routing_mutations(toleration)
         ],
     }
 

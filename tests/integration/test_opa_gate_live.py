@@ -47,12 +47,15 @@ from components.opa_gate import (
     routing_policy_spec,
     webhook_spec,
 )
+from tests.gate_samples import load_samples
 from tests.integration.conftest import built_tool
 from tools.harness import LocalControlPlane, ManagedProcess, free_port
 from tools.harness.certs import CertificateAuthority, write_private
 
-SCHEDULER = "gpu-binpack-scheduler"
-GATE_CONFIG = gate_data(SCHEDULER, ["example.com/dongle"], [])
+# The table of sample pods and the gate data it is written for.
+SAMPLES = load_samples()
+SCHEDULER = SAMPLES.scheduler
+GATE_CONFIG = gate_data(SCHEDULER, SAMPLES.gpu_resources, SAMPLES.gpu_resource_prefixes)
 # The gate's own namespace in these tests: excluded by name, like kube-system.
 GATE_NAMESPACE = f"gate-own-{uuid.uuid4().hex[:8]}"
 # The label both engines used to skip; anyone who may label a namespace can set it.
@@ -587,63 +590,53 @@ def test_opa_gate_live_decides_again_after_opa_restarts(
     assert admitted is None
 
 
-# Pods both engines must judge alike; the Rego policy is the reference.
-AGREEMENT_PODS = {
-    "default-scheduler": _pod("agree-0", GPU, scheduler="default-scheduler"),
-    "mig-profile": _pod("agree-1", {"nvidia.com/mig-1g.5gb": "1"}),
-    "init-container": _pod("agree-2", CPU, init_limits={"nvidia.com/gpu": "2"}),
-    "configured-resource": _pod("agree-3", {"example.com/dongle": "1"}),
-    "zero-gpus": _pod("agree-4", {"nvidia.com/gpu": "0"}),
-    "other-scheduler-cpu": _pod("agree-5", CPU, scheduler="default-scheduler"),
-    "two-gpu-kinds": _pod("agree-6", {"nvidia.com/gpu": "1", "example.com/dongle": "1"}),
-}
-
-
-def _judge_all(
+def _judge_table(
     engine: str,
     cp: LocalControlPlane,
     api_client: Any,
     namespace: str,
     opa: OpaServer | None,
-) -> dict[str, str | None]:
-    """{case: policy message, or None when admitted} with `engine` in force."""
-    verdicts: dict[str, str | None] = {}
+) -> list[str]:
+    """With `engine` in force, each sample's disagreement with the table, if any."""
+    wrong: list[str] = []
+    core = client.CoreV1Api(api_client)
     with _engine_active(engine, cp, api_client, namespace, opa):
-        for case, pod in AGREEMENT_PODS.items():
-            outcome = _create(api_client, namespace, pod)
-            denial = DENIAL[engine].match(outcome) if outcome is not None else None
-            assert outcome is None or denial, f"{case}: not a denial by {engine}: {outcome}"
-            verdicts[case] = denial["message"] if denial else None
-    return verdicts
+        for i, sample in enumerate(SAMPLES.samples):
+            name = f"sample-{i}"
+            pod: Any = sample.pod(name)
+            written = pod["spec"].get("schedulerName", "default-scheduler")
+            expected = sample.verdict(engine)
+            try:
+                stored: Any = core.create_namespaced_pod(namespace, pod, dry_run="All")
+            except ApiException as exc:
+                message = json.loads(exc.body or "{}").get("message", str(exc))
+                denial = DENIAL[engine].match(message)
+                wanted = (sample.message or "").replace("{pod}", f"{namespace}/{name}")
+                if denial is None:
+                    wrong.append(f"{engine} {sample.name}: not the gate's refusal: {message}")
+                elif expected != "refused" or wanted not in denial["message"]:
+                    wrong.append(f"{engine} {sample.name}: refused ({denial['message']})")
+                continue
+            scheduler = stored.spec.scheduler_name
+            outcome = "routed" if scheduler == SCHEDULER and written != SCHEDULER else "allowed"
+            if outcome == "allowed" and scheduler != written:
+                outcome = f"admitted with schedulerName {scheduler}"
+            if outcome != expected:
+                wrong.append(f"{engine} {sample.name}: {outcome}, table says {expected}")
+    return wrong
 
 
-def test_opa_gate_live_engines_judge_pods_alike(
+def test_opa_gate_live_engines_reach_the_sample_tables_verdicts(
     control_plane: LocalControlPlane,
     api_client: Any,
     namespaces: Namespaces,
     opa_server: OpaServer,
 ) -> None:
+    """tests/fixtures/gate_samples.yaml: every engine, every sample, one verdict each."""
     ns = namespaces.gated
-    rego = _judge_all("opa", control_plane, api_client, ns, opa_server)
-    cel = _judge_all("validating-admission-policy", control_plane, api_client, ns, None)
-
-    def message(pod: str, resource: str) -> str:
-        return (
-            f'pod "{ns}/{pod}" requests {resource} but spec.schedulerName is'
-            f' "default-scheduler"; GPU pods must set spec.schedulerName: {SCHEDULER}'
-        )
-
-    assert rego == {
-        "default-scheduler": message("agree-0", "nvidia.com/gpu"),
-        "mig-profile": message("agree-1", "nvidia.com/mig-1g.5gb"),
-        "init-container": message("agree-2", "nvidia.com/gpu"),
-        "configured-resource": message("agree-3", "example.com/dongle"),
-        "zero-gpus": None,
-        "other-scheduler-cpu": None,
-        "two-gpu-kinds": ", ".join(
-            [message("agree-6", "example.com/dongle"), message("agree-6", "nvidia.com/gpu")]
-        ),
-    }
-    # The same verdicts and messages; with two kinds of GPU resource the CEL message is
-    # the first of the Rego policy's.
-    assert cel == {**rego, "two-gpu-kinds": message("agree-6", "example.com/dongle")}
+    wrong = [
+        *_judge_table("opa", control_plane, api_client, ns, opa_server),
+        *_judge_table("validating-admission-policy", control_plane, api_client, ns, None),
+        *_judge_table(ROUTING, control_plane, api_client, ns, None),
+    ]
+    assert not wrong, "\n".join(wrong)
