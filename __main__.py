@@ -69,10 +69,17 @@ if config.gpu_operator.enabled:
         GpuOperatorArgs.from_settings(config.gpu_operator, access=access, taint=gpu_pool.taint),
     )
 
+# What GPU pods ask for, from the GPU Operator's settings (time-slicing renamed, MIG mixed):
+# weighted by the scheduler, gated and routed with the pool's toleration by the gate.
+gpu_resources = config.gpu_operator.gpu_resources()
+
 scheduler = BinpackScheduler(
     "binpack-scheduler",
     BinpackSchedulerArgs.from_settings(
-        config.scheduler, access=access, kubernetes_version=config.kubernetes_version
+        config.scheduler,
+        access=access,
+        kubernetes_version=config.kubernetes_version,
+        gpu_resources=gpu_resources.names,
     ),
 )
 
@@ -87,6 +94,8 @@ gate = OpaGate(
         access=access,
         scheduler_name=scheduler.scheduler_name,
         gpu_resources=advertised_names,
+        device_resources=gpu_resources.names,
+        gpu_resource_prefixes=gpu_resources.prefixes,
         pool_toleration=gpu_pool.toleration,
     ),
 )

@@ -32,7 +32,6 @@ from components.gpu_operator import GpuOperatorSettings
 from components.monitoring_stack import MonitoringStackSettings
 from components.opa_gate import (
     ADMISSION_ENGINES,
-    BASE_GPU_RESOURCES,
     ROUTING_ENGINE,
     ROUTING_MIN_MINOR,
     OpaGateArgs,
@@ -323,18 +322,6 @@ class StackConfig(Settings):
             found.append(
                 f"{PROJECT}:gpuPool.taint.key {self.gpu_pool.taint.key} is in a domain "
                 "Kubernetes reserves for its own taints; its controllers may act on or remove it"
-            )
-        time_slicing = self.gpu_operator.device_plugin.time_slicing
-        shared = f"{BASE_GPU_RESOURCES[0]}.shared"
-        if self.gpu_operator.enabled and time_slicing and time_slicing.rename_by_default:
-            found.append(
-                f"{PROJECT}:gpuOperator.devicePlugin.timeSlicing.renameByDefault true advertises "
-                f"shared GPUs as {shared}, which the admission gate does not gate"
-                + (
-                    ""
-                    if shared in self.scheduler.resource_weights
-                    else " and scheduler.resourceWeights does not weight"
-                )
             )
         for node, counts in self.extended_resources.items():
             found.extend(

@@ -1,7 +1,8 @@
 """OpaGate: admission control that keeps GPU pods on the binpack scheduler.
 
 It judges pod CREATEs that request or limit a GPU resource (nvidia.com/gpu, nvidia.com/mig-*,
-and the extended resources this stack advertises): unless spec.schedulerName is the binpack
+what the GPU Operator's settings advertise, such as nvidia.com/gpu.shared, and the extended
+resources this stack advertises) or ask for devices through DRA (spec.resourceClaims): unless spec.schedulerName is the binpack
 scheduler they are refused, with a message naming the pod, the resource and the required
 scheduler. The scheduler name, resource names and pool toleration are data handed over from
 the layers that own them, never written into the policy source. Three engines:
@@ -389,8 +390,12 @@ class OpaGateArgs(OpaGateSettings):
     gpu_resources: Annotated[pulumi.Output[list[str]] | Sequence[str], Runtime()] = ()
     """Advertised extended resources (ExtendedResourceNode's outputs); gated when
     gate_extended_resources is true."""
+    device_resources: Annotated[Sequence[str], Runtime()] = ()
+    """GPU resource names the device plugin advertises (GpuOperator's settings); always
+    gated (nvidia.com/gpu is gated anyway)."""
     gpu_resource_prefixes: Annotated[Sequence[str], Runtime()] = ()
-    """Extra resource name prefixes to gate (nvidia.com/mig- is always gated)."""
+    """Extra resource name prefixes to gate, e.g. MIG profiles under mig.strategy mixed
+    (nvidia.com/mig- is always gated)."""
     pool_toleration: Annotated[
         pulumi.Output[dict[str, str]] | Mapping[str, str] | None, Runtime()
     ] = None
@@ -437,7 +442,7 @@ class OpaGate(pulumi.ComponentResource):
         )
         gated = args.gpu_resources if args.gate_extended_resources else ()
         config = pulumi.Output.all(args.scheduler_name, gated).apply(
-            lambda v: gate_data(v[0], v[1], args.gpu_resource_prefixes)
+            lambda v: gate_data(v[0], [*args.device_resources, *v[1]], args.gpu_resource_prefixes)
         )
         exclusions: list[pulumi.Resource] = [namespace]
         if args.engine == "opa":

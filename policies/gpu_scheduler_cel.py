@@ -7,9 +7,9 @@ literals. tests/fixtures/gate_samples.yaml holds the sample pods both engines mu
 alike (tests/integration/test_opa_gate_live.py runs them).
 
 Rule by rule, against policies/gpu_scheduler.rego:
-- `requested_gpu_resources` -> gpu_requests_by_container() / requests_gpu(): a gated
-  resource asked for (requests or limits) by any container, initContainer or
-  ephemeralContainer, quantity above zero.
+- `requested_gpu_resources` -> gpu_requests_by_container(), CLAIM_NAMES / requests_gpu(): a
+  gated resource asked for (requests or limits) by any container, initContainer or
+  ephemeralContainer, quantity above zero; and each DRA claim in spec.resourceClaims.
 - `deny` (not on the scheduler) -> the first of validations().
 - `deny` (spec.nodeName preset, not a mirror pod) -> the second of validations().
 - Routing has no Rego twin: OPA is a validating webhook and only refuses.
@@ -66,12 +66,21 @@ def gpu_requests_by_container(containers: str, resources: str, prefixes: str) ->
     )
 
 
+# Devices asked for through DRA: each pod-level claim (a ResourceClaim or a template of one),
+# named as the Rego policy names it. Every claim counts: its device class is in another object.
+CLAIM_NAMES = (
+    "has(object.spec.resourceClaims) ? object.spec.resourceClaims.map(c, 'resource claim '"
+    " + (has(c.name) && c.name != '' ? c.name : '<unnamed>')) : []"
+)
+HAS_CLAIMS = "has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0"
+
+
 def requests_gpu(config: Mapping[str, Any]) -> str:
-    """True when the pod asks for a gated GPU resource; usable without variables (a match
-    condition), with the gate data written in."""
+    """True when the pod asks for a gated GPU resource or a DRA claim; usable without
+    variables (a match condition), with the gate data written in."""
     resources, prefixes = gate_lists(config)
     by_container = gpu_requests_by_container(f"({CONTAINERS})", resources, prefixes)
-    return f"{by_container}.exists(l, size(l) > 0)"
+    return f"{by_container}.exists(l, size(l) > 0) || ({HAS_CLAIMS})"
 
 
 def validation_variables(config: Mapping[str, Any]) -> dict[str, str]:
@@ -85,9 +94,9 @@ def validation_variables(config: Mapping[str, Any]) -> dict[str, str]:
         "gpuByContainer": gpu_requests_by_container(
             "variables.containers", "variables.gpuResources", "variables.gpuPrefixes"
         ),
-        # The first GPU resource (by name) of each container asking for one.
+        # The first GPU resource (by name) of each container asking for one, and each claim.
         "gpuNames": "variables.gpuByContainer.filter(l, size(l) > 0)"
-        ".map(l, " + _SMALLEST.format(l="l") + ")",
+        ".map(l, " + _SMALLEST.format(l="l") + f") + ({CLAIM_NAMES})",
         "podName": "(has(object.metadata.namespace) && object.metadata.namespace != ''"
         " ? object.metadata.namespace : request.namespace) + '/'"
         " + (has(object.metadata.name) && object.metadata.name != ''"

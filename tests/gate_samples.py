@@ -21,7 +21,8 @@ ROUTING_ENGINE = "mutating-admission-policy"
 class Sample:
     name: str
     spec: dict[str, Any]
-    """The pod's spec as a user writes it; containers get a name and image when built."""
+    """The pod's spec as a user writes it; containers hold only their resources' limits and
+    claims, and get a name and image when built."""
     refuse: Verdict
     """The verdict of the refusing engines."""
     route: Verdict
@@ -40,7 +41,9 @@ class Sample:
                     {
                         "name": f"{field.lower()[:4]}-{i}",
                         "image": "registry.invalid/sample:1",
-                        "resources": {"limits": container["limits"]},
+                        "resources": {
+                            k: container[k] for k in ("limits", "claims") if k in container
+                        },
                     }
                     for i, container in enumerate(spec[field])
                 ]

@@ -330,7 +330,8 @@ def test_opa_gate_match_condition_is_the_native_policys_cel() -> None:
         .replace("variables.gpuResources", variables["gpuResources"])
         .replace("variables.gpuPrefixes", variables["gpuPrefixes"])
     )
-    assert gpu_request_condition(config) == f"{inlined}.exists(l, size(l) > 0)"
+    claims = "has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0"
+    assert gpu_request_condition(config) == f"{inlined}.exists(l, size(l) > 0) || ({claims})"
 
 
 def test_opa_gate_budget_keeps_one_replica_up() -> None:
@@ -446,3 +447,15 @@ def test_opa_gate_reject_only_engines_route_nothing() -> None:
     for engine in ("opa", "validating-admission-policy"):
         recording = _make_gate(engine=engine, pool_toleration=POOL_TOLERATION)
         assert recording.of_type(MAP) == [] and recording.of_type(MAP_BINDING) == []
+
+
+def test_opa_gate_device_resources_are_gated_whatever_gate_extended_resources_says() -> None:
+    recording = _make_gate(
+        engine="validating-admission-policy",
+        gate_extended_resources=False,
+        device_resources=["nvidia.com/gpu.shared"],
+        gpu_resource_prefixes=["nvidia.com/mig-"],
+    )
+    (policy,) = recording.of_type(VAP)
+    variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
+    assert variables["gpuResources"] == '["nvidia.com/gpu", "nvidia.com/gpu.shared"]'

@@ -211,14 +211,11 @@ def test_config_warns_on_an_extended_resource_advertised_as_zero() -> None:
     )
 
 
-def test_config_warns_when_time_slicing_renames_gpus_away_from_gate_and_weights() -> None:
+def test_config_time_slicing_renamed_is_no_longer_a_warning() -> None:
+    # The gate and the scheduler take nvidia.com/gpu.shared from the operator's settings.
     sharing = {"replicas": 4, "renameByDefault": True}
     config = _parse(gpuOperator={"enabled": True, "devicePlugin": {"timeSlicing": sharing}})
-    assert config.warnings == (
-        "gpu-cluster:gpuOperator.devicePlugin.timeSlicing.renameByDefault true advertises "
-        "shared GPUs as nvidia.com/gpu.shared, which the admission gate does not gate and "
-        "scheduler.resourceWeights does not weight",
-    )
+    assert config.warnings == ()
 
 
 def test_config_stack_files_load_without_warnings() -> None:
