@@ -30,11 +30,20 @@ from components import (
     TaintedGpuPool,
     TaintedGpuPoolArgs,
 )
+from components.cluster_access import check_version_skew
 from stack_config import load_stack_config
 
 config = load_stack_config()
 for warning in config.warnings:
     pulumi.log.warn(warning)
+
+# The scheduler image's version against the live API server's, before anything is declared:
+# newer is refused; far older, or a cluster out of reach, is a warning.
+skew_warning = check_version_skew(
+    config.kubernetes.kubeconfig, config.kubernetes.context, config.kubernetes_version
+)
+if skew_warning:
+    pulumi.log.warn(skew_warning)
 
 access = ClusterAccess.create("cluster", config.kubernetes.kubeconfig, config.kubernetes.context)
 

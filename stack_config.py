@@ -207,7 +207,9 @@ class StackConfig(Settings):
     """Context inside the kubeconfig. Empty uses the kubeconfig's current-context."""
     kubernetes_version: Annotated[str, KUBERNETES_VERSION] = DEFAULT_KUBERNETES_VERSION
     """The cluster's Kubernetes version (vMAJOR.MINOR.PATCH). Picks the kube-scheduler image
-    and which feature gates exist. Tested: v1.35-v1.37; others load with a warning."""
+    and which feature gates exist. Tested: v1.35-v1.37; others load with a warning. Compared
+    with the live API server's /version when it can be reached: newer is refused, more than
+    one minor older is a warning (version skew policy)."""
     nodes: Annotated[tuple[NodeSettings, ...], AfterValidator(_nodes_once)] = ()
     """Inventory of the nodes this stack touches: a list of {name, address}. Every node named
     elsewhere in the config must be listed here."""

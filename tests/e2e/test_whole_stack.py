@@ -277,3 +277,24 @@ def test_a_no_execute_pool_is_refused_before_anything_is_applied(
         assert "gpu-cluster:gpuPool.taint.effect: got 'NoExecute'" in str(refused.value)
         assert applied.node_state() == applied.nodes_before
         assert {n.metadata.name for n in _core(applied).list_namespace().items} == namespaces
+
+
+def test_a_scheduler_newer_than_the_api_server_is_refused_before_anything_is_applied(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """kubernetesVersion is the binpack kube-scheduler's image tag; one minor newer than the
+    local API server (v1.37.2) breaks the version skew policy, so the program stops before it
+    declares anything, naming the key and both versions."""
+    require_e2e_tools()
+    workdir = tmp_path_factory.mktemp("e2e-skew")
+    with AppliedStack("local", workdir, overrides={"kubernetesVersion": "v1.38.0"}) as applied:
+        namespaces = {n.metadata.name for n in _core(applied).list_namespace().items}
+        with pytest.raises(StackError) as refused:
+            applied.up()
+        assert (
+            "gpu-cluster:kubernetesVersion: got 'v1.38.0'; the cluster's API server is v1.37.2"
+        ) in str(refused.value)
+        assert "may not be newer than the kube-apiserver" in str(refused.value)
+        assert "allowed: v1.36.x or v1.37.x" in str(refused.value)
+        assert applied.node_state() == applied.nodes_before
+        assert {n.metadata.name for n in _core(applied).list_namespace().items} == namespaces
