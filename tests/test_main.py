@@ -186,3 +186,12 @@ def test_main_gpu_operator_settings_name_what_is_gated_weighted_and_routed() -> 
     )
     resources = config["profiles"][0]["pluginConfig"][0]["args"]["scoringStrategy"]["resources"]
     assert {"name": "nvidia.com/gpu.shared", "weight": 100} in resources
+
+
+def test_main_opa_certificate_expiry_reaches_the_monitoring_alerts() -> None:
+    prod = run_program("prod")
+    (published, _) = prod.named("monitoring-gate-alerts").inputs["spec"]["groups"]
+    # The mocks' certificate ends 2028-11-23T11:00:00Z; the rule is written from the output.
+    assert published["rules"][0]["expr"] == "vector(1858590000)"
+    dev = run_program("dev")
+    assert [r for r in dev.resources if r.name == "monitoring-gate-alerts"] == []
