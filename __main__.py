@@ -6,7 +6,7 @@ Layers, in the order they are built:
   3. ControlPlaneFeatures  - admission plugins and feature gates over SSH, one host at a time.
   4. GpuOperator           - NVIDIA GPU Operator Helm release, tolerating the pool's taint.
   5. BinpackScheduler      - second kube-scheduler that packs GPU pods onto the fewest nodes.
-  6. OpaGate               - admission that keeps GPU pods on that scheduler.
+  6. OpaGate               - admission that routes GPU pods to that scheduler (or refuses them).
   7. MonitoringStack       - Prometheus, DCGM metrics, dashboard and alerts.
 
 This file only wires: read the validated config, build each layer, export outputs.
@@ -30,11 +30,20 @@ from components import (
     TaintedGpuPool,
     TaintedGpuPoolArgs,
 )
+from components.cluster_access import check_version_skew
 from stack_config import load_stack_config
 
 config = load_stack_config()
 for warning in config.warnings:
     pulumi.log.warn(warning)
+
+# The scheduler image's version against the live API server's, before anything is declared:
+# newer is refused; far older, or a cluster out of reach, is a warning.
+skew_warning = check_version_skew(
+    config.kubernetes.kubeconfig, config.kubernetes.context, config.kubernetes_version
+)
+if skew_warning:
+    pulumi.log.warn(skew_warning)
 
 access = ClusterAccess.create("cluster", config.kubernetes.kubeconfig, config.kubernetes.context)
 
@@ -69,10 +78,17 @@ if config.gpu_operator.enabled:
         GpuOperatorArgs.from_settings(config.gpu_operator, access=access, taint=gpu_pool.taint),
     )
 
+# What GPU pods ask for, from the GPU Operator's settings (time-slicing renamed, MIG mixed):
+# weighted by the scheduler, gated and routed with the pool's toleration by the gate.
+gpu_resources = config.gpu_operator.gpu_resources()
+
 scheduler = BinpackScheduler(
     "binpack-scheduler",
     BinpackSchedulerArgs.from_settings(
-        config.scheduler, access=access, kubernetes_version=config.kubernetes_version
+        config.scheduler,
+        access=access,
+        kubernetes_version=config.kubernetes_version,
+        gpu_resources=gpu_resources.names,
     ),
 )
 
@@ -87,6 +103,9 @@ gate = OpaGate(
         access=access,
         scheduler_name=scheduler.scheduler_name,
         gpu_resources=advertised_names,
+        device_resources=gpu_resources.names,
+        gpu_resource_prefixes=gpu_resources.prefixes,
+        pool_toleration=gpu_pool.toleration,
     ),
 )
 
@@ -99,6 +118,9 @@ if config.monitoring.enabled:
             access=access,
             grafana_admin_password=config.grafana_admin_password,
             dcgm=gpu_operator.dcgm_target if gpu_operator is not None else None,
+            opa_serving_cert_not_after=(
+                gate.serving_cert_not_after if config.admission.engine == "opa" else None
+            ),
         ),
     )
 

@@ -30,7 +30,13 @@ from components.control_plane_settings import ControlPlaneSettings
 from components.extended_resource_node import ExtendedResourcesSettings
 from components.gpu_operator import GpuOperatorSettings
 from components.monitoring_stack import MonitoringStackSettings
-from components.opa_gate import BASE_GPU_RESOURCES, OpaGateArgs, OpaGateSettings
+from components.opa_gate import (
+    ADMISSION_ENGINES,
+    ROUTING_ENGINE,
+    ROUTING_MIN_MINOR,
+    OpaGateArgs,
+    OpaGateSettings,
+)
 from components.settings import (
     NODE_NAME,
     PLAIN_TEXT_SHOWN,
@@ -213,7 +219,9 @@ class StackConfig(Settings):
     """Context inside the kubeconfig. Empty uses the kubeconfig's current-context."""
     kubernetes_version: Annotated[str, KUBERNETES_VERSION] = DEFAULT_KUBERNETES_VERSION
     """The cluster's Kubernetes version (vMAJOR.MINOR.PATCH). Picks the kube-scheduler image
-    and which feature gates exist. Tested: v1.35-v1.37; others load with a warning."""
+    and which feature gates exist. Tested: v1.35-v1.37; others load with a warning. Compared
+    with the live API server's /version when it can be reached: newer is refused, more than
+    one minor older is a warning (version skew policy)."""
     nodes: Annotated[tuple[NodeSettings, ...], AfterValidator(_nodes_once)] = ()
     """Inventory of the nodes this stack touches: a list of {name, address}. Every node named
     elsewhere in the config must be listed here."""
@@ -225,7 +233,7 @@ class StackConfig(Settings):
     scheduler: BinpackSchedulerSettings = Field(default_factory=BinpackSchedulerSettings)
     """The second kube-scheduler that bin-packs GPU pods (BinpackScheduler)."""
     admission: OpaGateSettings = Field(default_factory=OpaGateSettings)
-    """The gate that rejects GPU pods not using the binpack scheduler (OpaGate)."""
+    """The gate that routes GPU pods to the binpack scheduler, or refuses them (OpaGate)."""
     control_plane: ControlPlaneSettings = Field(default_factory=ControlPlaneSettings)
     """Admission plugins and feature gates edited over SSH (ControlPlaneFeatures)."""
     ssh_private_key: Annotated[
@@ -272,6 +280,23 @@ class StackConfig(Settings):
         return self
 
     @model_validator(mode="after")
+    def _routing_needs_its_ga_api(self) -> Self:
+        """MutatingAdmissionPolicy is GA (admissionregistration.k8s.io/v1) from v1.36; before,
+        it is a beta API behind a feature gate that a cluster may not have on. The check is on
+        kubernetesVersion, one source, rather than a second API version to keep in step."""
+        minor = int(self.kubernetes_version.split(".")[1])
+        if self.admission.engine != ROUTING_ENGINE or minor >= ROUTING_MIN_MINOR:
+            return self
+        others = ", ".join(e for e in ADMISSION_ENGINES if e != ROUTING_ENGINE)
+        raise problem(
+            f"needs kubernetesVersion v1.{ROUTING_MIN_MINOR} or newer (MutatingAdmissionPolicy "
+            f"is GA there; kubernetesVersion is {self.kubernetes_version}); allowed on this "
+            f"version: {others}",
+            key="admission.engine",
+            value=self.admission.engine,
+        )
+
+    @model_validator(mode="after")
     def _one_layer_per_namespace(self) -> Self:
         """Each layer creates its namespace, so two layers cannot share one."""
         gate_namespace = OpaGateArgs.model_fields["namespace"].default
@@ -311,18 +336,6 @@ class StackConfig(Settings):
             found.append(
                 f"{PROJECT}:gpuPool.taint.key {self.gpu_pool.taint.key} is in a domain "
                 "Kubernetes reserves for its own taints; its controllers may act on or remove it"
-            )
-        time_slicing = self.gpu_operator.device_plugin.time_slicing
-        shared = f"{BASE_GPU_RESOURCES[0]}.shared"
-        if self.gpu_operator.enabled and time_slicing and time_slicing.rename_by_default:
-            found.append(
-                f"{PROJECT}:gpuOperator.devicePlugin.timeSlicing.renameByDefault true advertises "
-                f"shared GPUs as {shared}, which the admission gate does not gate"
-                + (
-                    ""
-                    if shared in self.scheduler.resource_weights
-                    else " and scheduler.resourceWeights does not weight"
-                )
             )
         for node, counts in self.extended_resources.items():
             found.extend(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 import pulumi
@@ -241,6 +241,20 @@ class BinpackSchedulerArgs(BinpackSchedulerSettings):
         default_factory=lambda: {"cpu": "100m", "memory": "128Mi"}
     )
     """Container resource requests."""
+    gpu_resources: Annotated[Sequence[str], Runtime()] = ()
+    """GPU resource names the device plugin advertises (GpuOperator's settings); each one
+    resource_weights leaves out is weighted like its heaviest GPU resource."""
+
+    @property
+    def profile(self) -> SchedulerProfile:
+        """The settings' profile, with every advertised GPU resource weighted."""
+        base = super().profile
+        weights = {r.name: r.weight for r in base.resources}
+        gpu_weight = max(w for n, w in weights.items() if is_gpu_resource(n))
+        for name in self.gpu_resources:
+            weights.setdefault(name, gpu_weight)
+        resources = tuple(ResourceWeight(name=n, weight=w) for n, w in weights.items())
+        return replace(base, resources=resources)
 
 
 class BinpackScheduler(pulumi.ComponentResource):

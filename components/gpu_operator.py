@@ -159,6 +159,26 @@ class OperatorOptions(Settings):
     against the old CRDs before the hook has run."""
 
 
+# What the device plugin advertises: whole GPUs (and MIG devices under mig.strategy single),
+# time-sliced GPUs under their own name with renameByDefault, one resource per MIG profile
+# (nvidia.com/mig-1g.5gb, ...) under mig.strategy mixed.
+# Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-sharing.html
+# Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-mig.html
+WHOLE_GPU = "nvidia.com/gpu"
+SHARED_GPU = "nvidia.com/gpu.shared"
+MIG_PROFILE_PREFIX = "nvidia.com/mig-"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuResources:
+    """The extended resources GPU pods ask for under the operator's settings."""
+
+    names: tuple[str, ...]
+    """Exact resource names (gated, weighted by the binpack scheduler)."""
+    prefixes: tuple[str, ...]
+    """Name prefixes of resources that cannot be listed in advance (MIG profiles): gated."""
+
+
 class GpuOperatorSettings(Settings):
     """The NVIDIA GPU Operator Helm release (the stack config's gpuOperator)."""
 
@@ -190,6 +210,22 @@ class GpuOperatorSettings(Settings):
     values: Annotated[dict[str, Any], free_values()] = Field(default_factory=dict)
     """Free-form chart values, deep-merged last over everything above.
     dcgmExporter.serviceMonitor.enabled true is rejected while monitoring is enabled."""
+
+    def gpu_resources(self) -> GpuResources:
+        """The GPU resources the device plugin advertises with these settings.
+
+        Whole GPUs stay nvidia.com/gpu on every path (GPUs outside MIG under mixed, nodes
+        outside the time-slicing config), so it is always listed. Disabled, the operator
+        advertises nothing of its own: the plain name only.
+        """
+        names = [WHOLE_GPU]
+        prefixes: list[str] = []
+        time_slicing = self.device_plugin.time_slicing
+        if self.enabled and time_slicing is not None and time_slicing.rename_by_default:
+            names.append(SHARED_GPU)
+        if self.enabled and self.mig.strategy == "mixed":
+            prefixes.append(MIG_PROFILE_PREFIX)
+        return GpuResources(names=tuple(names), prefixes=tuple(prefixes))
 
     @model_validator(mode="after")
     def _time_slicing_needs_one_gpu_resource(self) -> Self:

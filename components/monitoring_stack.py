@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Self
 
@@ -57,6 +58,9 @@ RELEASE_NAME = "kube-prometheus-stack"
 HERE = Path(__file__).resolve().parent
 DASHBOARD_FILE = HERE / "dashboards" / "gpu.json"
 RULES_FILE = HERE / "alerts" / "gpu.rules.yaml"
+GATE_RULES_FILE = HERE / "alerts" / "gate.rules.yaml"
+# The expiry of OPA's serving certificate, published by the stack (gate_rule_groups).
+CERT_NOT_AFTER_METRIC = "gpu_cluster:opa_serving_cert_not_after:timestamp_seconds"
 DASHBOARD_LABEL = "grafana_dashboard"
 GRAFANA_USER_KEY = "admin-user"
 GRAFANA_PASSWORD_KEY = "admin-password"
@@ -70,6 +74,27 @@ def load_dashboard(path: Path = DASHBOARD_FILE) -> dict[str, Any]:
 def load_rule_groups(path: Path = RULES_FILE) -> list[dict[str, Any]]:
     """The alert rule groups, in Prometheus rule-file form (also a PrometheusRule's spec)."""
     return list(yaml.safe_load(path.read_text())["groups"])
+
+
+def gate_rule_groups(not_after: str) -> list[dict[str, Any]]:
+    """gate.rules.yaml's alerts, after a recording rule that publishes `not_after`.
+
+    `not_after` is OpaGate's serving_cert_not_after (RFC 3339); the recording rule turns it
+    into CERT_NOT_AFTER_METRIC (Unix seconds), which the alerts compare with time(). A renewed
+    certificate changes the rule on the same `pulumi up`.
+    """
+    epoch = int(datetime.fromisoformat(not_after.replace("Z", "+00:00")).timestamp())
+    published = {
+        "name": "gpu-cluster.gate.published",
+        "rules": [
+            {
+                "record": CERT_NOT_AFTER_METRIC,
+                "expr": f"vector({epoch})",
+                "labels": {"certificate": "opa-serving"},
+            }
+        ],
+    }
+    return [published, *load_rule_groups(GATE_RULES_FILE)]
 
 
 def dcgm_endpoint(port: str, interval: str) -> dict[str, Any]:
@@ -156,6 +181,9 @@ class MonitoringStackArgs(MonitoringStackSettings):
     """Grafana admin password (a Pulumi secret); stored in a Secret the chart reads."""
     dcgm: Annotated[DcgmTarget | None, Runtime()] = None
     """dcgm-exporter to scrape (GpuOperator.dcgm_target); None: no GPU metrics to scrape."""
+    opa_serving_cert_not_after: Annotated[pulumi.Output[str] | str | None, Runtime()] = None
+    """When OPA's serving certificate expires (OpaGate.serving_cert_not_after, engine opa);
+    None: no gate alerts."""
 
     @model_validator(mode="after")
     def _exactly_one_password_source(self) -> Self:
@@ -282,6 +310,19 @@ class MonitoringStack(pulumi.ComponentResource):
             spec={"groups": load_rule_groups()},
             opts=after_release,
         )
+
+        if args.opa_serving_cert_not_after is not None:
+            # Alerts before the admission webhook's serving certificate expires.
+            k8s.apiextensions.CustomResource(
+                f"{name}-gate-alerts",
+                api_version="monitoring.coreos.com/v1",
+                kind="PrometheusRule",
+                metadata={"name": "gpu-gate-alerts", "namespace": namespace_name, "labels": labels},
+                spec=pulumi.Output.from_input(args.opa_serving_cert_not_after).apply(
+                    lambda not_after: {"groups": gate_rule_groups(not_after)}
+                ),
+                opts=after_release,
+            )
 
         monitor_name: pulumi.Output[str] = pulumi.Output.from_input("")
         if args.dcgm is not None:

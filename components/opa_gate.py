@@ -1,10 +1,16 @@
-"""OpaGate: admission control that rejects GPU pods not using the binpack scheduler.
+"""OpaGate: admission control that keeps GPU pods on the binpack scheduler.
 
-It rejects pod CREATEs that request or limit a GPU resource (nvidia.com/gpu, nvidia.com/mig-*,
-and the extended resources this stack advertises) unless spec.schedulerName is the binpack
-scheduler; the message names the pod, the resource and the required scheduler. The scheduler
-name and resource names are data handed over from the layers that own them, never written into
-the policy source. Two engines, one rule and one message:
+It judges pod CREATEs that request or limit a GPU resource (nvidia.com/gpu, nvidia.com/mig-*,
+what the GPU Operator's settings advertise, such as nvidia.com/gpu.shared, and the extended
+resources this stack advertises) or ask for devices through DRA (spec.resourceClaims): unless spec.schedulerName is the binpack
+scheduler they are refused, with a message naming the pod, the resource and the required
+scheduler. The scheduler name, resource names and pool toleration are data handed over from
+the layers that own them, never written into the policy source. Three engines:
+- `mutating-admission-policy` (the default; Kubernetes v1.36+, where the API is GA): a
+  MutatingAdmissionPolicy first routes GPU pods that leave spec.schedulerName unset to the
+  binpack scheduler and adds the GPU pool's toleration when no toleration of theirs covers
+  the taint; the ValidatingAdmissionPolicy below then refuses only what cannot be routed (a
+  scheduler of the pod's own, a preset spec.nodeName). No server, nothing to be down.
 - `opa`: OPA 1.x behind a ValidatingWebhookConfiguration, with the Rego v1 policies from
   policies/ loaded at start-up from a mounted ConfigMap (GPU resource names and scheduler
   name reach them as data); nothing pushes policies at run time, so a restarted OPA is
@@ -12,19 +18,20 @@ the policy source. Two engines, one rule and one message:
   in state, renewed in the last 30 days of the serving certificate). Only pods that request a
   gated resource are sent to OPA (matchConditions).
 - `validating-admission-policy`: a native ValidatingAdmissionPolicy (CEL, GA since 1.30)
-  with the same data written into its CEL; no webhook server at all.
+  with the same data written into its CEL and the same rule and message as OPA's; no webhook
+  server at all.
 
 The module-level functions build what both the component and the live tests create
 (webhook, OPA arguments and files, the policy and its binding): one source of truth.
 
-Either way kube-system and the gate's own namespace are excluded by name (the immutable
+Every engine excludes kube-system and the gate's own namespace by name (the immutable
 kubernetes.io/metadata.name label), so the gate can never stop the cluster from restarting
 the gate itself, and no one who can label a namespace can take it out of the gate.
 
 failurePolicy: `Fail` means no GPU pod is admitted while the gate cannot answer (OPA down,
 timeout), so bin-packing is never bypassed; CPU pods never reach OPA, so an outage does not
 block them. `Ignore` admits GPU pods during an outage, possibly onto the default scheduler.
-The native engine has no server to fail, so its failure policy only matters for CEL
+The native engines have no server to fail, so their failure policy only matters for CEL
 evaluation errors.
 """
 
@@ -44,10 +51,11 @@ from pydantic import Field
 
 from components.cluster_access import ClusterAccess
 from components.settings import BOOL, Runtime, Settings, between, choice
+from policies import gpu_scheduler_cel as cel
 
 TOKEN = "gpu-cluster:index:OpaGate"
 
-AdmissionEngine = Literal["opa", "validating-admission-policy"]
+AdmissionEngine = Literal["mutating-admission-policy", "validating-admission-policy", "opa"]
 ADMISSION_ENGINES: tuple[AdmissionEngine, ...] = get_args(AdmissionEngine)
 FailurePolicy = Literal["Fail", "Ignore"]
 FAILURE_POLICIES: tuple[FailurePolicy, ...] = get_args(FailurePolicy)
@@ -64,7 +72,13 @@ OPA_PRIORITY_CLASS = "system-cluster-critical"
 # Always gated, whatever the config adds: whole GPUs and MIG profiles.
 BASE_GPU_RESOURCES = ("nvidia.com/gpu",)
 BASE_GPU_PREFIXES = ("nvidia.com/mig-",)
-# Name of the ValidatingWebhookConfiguration, ValidatingAdmissionPolicy and its binding.
+# The engine that routes GPU pods (MutatingAdmissionPolicy) and the first minor version that
+# serves its GA API, admissionregistration.k8s.io/v1, without a feature gate.
+# Ref: https://kubernetes.io/docs/reference/access-authn-authz/mutating-admission-policy/
+ROUTING_ENGINE: AdmissionEngine = "mutating-admission-policy"
+ROUTING_MIN_MINOR = 36
+# Name of the ValidatingWebhookConfiguration, ValidatingAdmissionPolicy and its binding
+# (and of the MutatingAdmissionPolicy and its binding).
 GATE_NAME = "gpu-scheduler-gate"
 # The gate's namespace when none is given (OpaGateArgs.namespace's default).
 DEFAULT_GATE_NAMESPACE = "gpu-admission"
@@ -155,45 +169,6 @@ def opa_run_args(
     ]
 
 
-def _cel_literal(value: str | Sequence[str]) -> str:
-    # JSON strings and lists of strings are valid CEL literals.
-    return json.dumps(value if isinstance(value, str) else list(value))
-
-
-# Every container of the pod under review, in CEL.
-_CEL_CONTAINERS = (
-    "object.spec.containers"
-    " + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
-    " + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])"
-)
-
-
-def _cel_gpu_names(section: str, resources: str, prefixes: str) -> str:
-    """CEL: the GPU resources container `c` asks for in `section`, quantity above zero."""
-    return (
-        f"(has(c.resources.{section}) ? c.resources.{section}.filter(r,"
-        f" (r in {resources} || {prefixes}.exists(p, r.startsWith(p)))"
-        f" && quantity(string(c.resources.{section}[r])).isGreaterThan(quantity('0'))) : [])"
-    )
-
-
-def _cel_gpu_by_container(containers: str, resources: str, prefixes: str) -> str:
-    """CEL: for each of `containers`, the GPU resources (`resources`, `prefixes`) it asks for."""
-    return (
-        f"{containers}.map(c, !has(c.resources) ? [] : "
-        + _cel_gpu_names("requests", resources, prefixes)
-        + " + "
-        + _cel_gpu_names("limits", resources, prefixes)
-        + ")"
-    )
-
-
-def _cel_gate_lists(config: Mapping[str, Any]) -> tuple[str, str]:
-    """The gated resource names and prefixes of gate_data(), as CEL list literals."""
-    prefixes = [p for p in config["gpu_resource_prefixes"] if p]
-    return _cel_literal(config["gpu_resources"]), _cel_literal(prefixes)
-
-
 def gpu_request_condition(config: Mapping[str, Any]) -> str:
     """CEL, true when the pod asks for a gated GPU resource: the webhook's match condition.
 
@@ -201,9 +176,7 @@ def gpu_request_condition(config: Mapping[str, Any]) -> str:
     written in (match conditions have no variables). Requests for other resources never
     reach OPA, so an OPA outage cannot hold them back.
     """
-    resources, prefixes = _cel_gate_lists(config)
-    by_container = _cel_gpu_by_container(f"({_CEL_CONTAINERS})", resources, prefixes)
-    return f"{by_container}.exists(l, size(l) > 0)"
+    return cel.requests_gpu(config)
 
 
 def opa_affinity(selector: Mapping[str, str]) -> dict[str, Any]:
@@ -283,10 +256,6 @@ def webhook_spec(
     }
 
 
-# The smallest string of a non-empty list L, in CEL (no sort() in the API server's CEL).
-_CEL_SMALLEST = "{l}.filter(x, {l}.all(y, x <= y))[0]"
-
-
 def admission_policy_spec(
     config: Mapping[str, Any],
     failure_policy: FailurePolicy = "Fail",
@@ -302,26 +271,6 @@ def admission_policy_spec(
     the first of the Rego policy's (sorted) messages.
     Ref: https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/
     """
-    resources, prefixes = _cel_gate_lists(config)
-    variables = {
-        "gpuResources": resources,
-        "gpuPrefixes": prefixes,
-        "requiredScheduler": _cel_literal(config["scheduler_name"]),
-        "containers": _CEL_CONTAINERS,
-        "gpuByContainer": _cel_gpu_by_container(
-            "variables.containers", "variables.gpuResources", "variables.gpuPrefixes"
-        ),
-        # The first GPU resource (by name) of each container asking for one.
-        "gpuNames": "variables.gpuByContainer.filter(l, size(l) > 0)"
-        ".map(l, " + _CEL_SMALLEST.format(l="l") + ")",
-        "podName": "(has(object.metadata.namespace) && object.metadata.namespace != ''"
-        " ? object.metadata.namespace : request.namespace) + '/'"
-        " + (has(object.metadata.name) && object.metadata.name != ''"
-        " ? object.metadata.name : (has(object.metadata.generateName)"
-        " ? object.metadata.generateName : '<unnamed>'))",
-        "schedulerShown": "has(object.spec.schedulerName)"
-        " ? '\"' + object.spec.schedulerName + '\"' : 'unset'",
-    }
     return {
         "failurePolicy": failure_policy,
         "matchConstraints": {
@@ -335,36 +284,10 @@ def admission_policy_spec(
                 }
             ],
         },
-        "variables": [{"name": n, "expression": e} for n, e in variables.items()],
-        "validations": [
-            {
-                "expression": "size(variables.gpuNames) == 0"
-                " || (has(object.spec.schedulerName)"
-                " && object.spec.schedulerName == variables.requiredScheduler)",
-                "messageExpression": "'pod \"' + variables.podName + '\" requests '"
-                " + "
-                + _CEL_SMALLEST.format(l="variables.gpuNames")
-                + " + ' but spec.schedulerName is ' + variables.schedulerShown"
-                " + '; GPU pods must set spec.schedulerName: ' + variables.requiredScheduler",
-                "reason": "Forbidden",
-            },
-            {
-                # A pod created bound to a node is never scheduled; only a kubelet's mirror
-                # pods (created by the node itself) may come bound.
-                # (Only reported once the scheduler name is right, as the Rego policy does.)
-                "expression": "size(variables.gpuNames) == 0"
-                " || !(has(object.spec.schedulerName)"
-                " && object.spec.schedulerName == variables.requiredScheduler)"
-                " || !has(object.spec.nodeName) || object.spec.nodeName == ''"
-                " || request.userInfo.username.startsWith('system:node:')",
-                "messageExpression": "'pod \"' + variables.podName + '\" requests '"
-                " + "
-                + _CEL_SMALLEST.format(l="variables.gpuNames")
-                + " + ' but sets spec.nodeName, which skips the scheduler; GPU pods are placed"
-                " by ' + variables.requiredScheduler",
-                "reason": "Forbidden",
-            },
+        "variables": [
+            {"name": n, "expression": e} for n, e in cel.validation_variables(config).items()
         ],
+        "validations": cel.validations(),
     }
 
 
@@ -379,11 +302,74 @@ def admission_policy_binding_spec(
     }
 
 
+def routing_policy_spec(
+    config: Mapping[str, Any],
+    toleration: Mapping[str, str] | None,
+    failure_policy: FailurePolicy = "Fail",
+    *,
+    gate_namespace: str = DEFAULT_GATE_NAMESPACE,
+) -> dict[str, Any]:
+    """The MutatingAdmissionPolicy that routes GPU pods to the stack's scheduler.
+
+    A pod CREATE that asks for a gated GPU resource and leaves spec.schedulerName unset (the
+    API server has filled in default-scheduler by then) gets the stack's scheduler; a GPU pod
+    headed there also gets the pool's `toleration` unless one of its tolerations already
+    covers the taint. A pod with another scheduler is left as it is (the
+    ValidatingAdmissionPolicy refuses it), and so is a pod created bound to a node (refused
+    too, unless it is a node's mirror pod, which must stay as its kubelet wrote it).
+    JSON patches, because spec.tolerations is an atomic list that an apply configuration may
+    not change. Both mutations hold for the routed pod as for the original, so a reinvocation
+    changes nothing.
+    Ref: https://kubernetes.io/docs/reference/access-authn-authz/mutating-admission-policy/
+    """
+    return {
+        "failurePolicy": failure_policy,
+        "reinvocationPolicy": "IfNeeded",
+        "matchConstraints": {
+            "namespaceSelector": namespace_selector(gate_namespace),
+            "resourceRules": [
+                {
+                    "operations": ["CREATE"],
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "resources": ["pods"],
+                }
+            ],
+        },
+        "matchConditions": [
+            {"name": "requests-gpu", "expression": gpu_request_condition(config)},
+            {"name": "not-bound", "expression": cel.UNBOUND},
+        ],
+        "variables": [
+            {"name": n, "expression": e}
+            for n, e in cel.routing_variables(config, toleration).items()
+        ],
+        "mutations": [
+            {"patchType": "JSONPatch", "jsonPatch": {"expression": e}}
+            for e in cel.routing_mutations(toleration)
+        ],
+    }
+
+
+def routing_binding_spec(
+    policy_name: Any = GATE_NAME, *, gate_namespace: str = DEFAULT_GATE_NAMESPACE
+) -> dict[str, Any]:
+    """The MutatingAdmissionPolicyBinding: route everywhere but in excluded_namespaces()."""
+    return {
+        "policyName": policy_name,
+        "matchResources": {"namespaceSelector": namespace_selector(gate_namespace)},
+    }
+
+
 class OpaGateSettings(Settings):
     """The gate that keeps GPU pods on the binpack scheduler (the stack config's admission)."""
 
-    engine: Annotated[AdmissionEngine, choice(ADMISSION_ENGINES)] = "opa"
-    """`opa` (webhook) or `validating-admission-policy` (native CEL, no webhook server)."""
+    engine: Annotated[AdmissionEngine, choice(ADMISSION_ENGINES)] = ROUTING_ENGINE
+    """`mutating-admission-policy` (native, Kubernetes v1.36+: GPU pods that leave
+    spec.schedulerName unset are routed to the binpack scheduler and given the pool's
+    toleration; only what cannot be routed is refused), `validating-admission-policy`
+    (native, refuses GPU pods off the binpack scheduler) or `opa` (webhook, refuses them
+    too). The native engines need no server."""
     failure_policy: Annotated[FailurePolicy, choice(FAILURE_POLICIES)] = "Fail"
     """Fail: a GPU pod is refused while the gate cannot answer. Ignore: it is admitted."""
     timeout_seconds: Annotated[int, between(1, 30)] = 5
@@ -404,8 +390,17 @@ class OpaGateArgs(OpaGateSettings):
     gpu_resources: Annotated[pulumi.Output[list[str]] | Sequence[str], Runtime()] = ()
     """Advertised extended resources (ExtendedResourceNode's outputs); gated when
     gate_extended_resources is true."""
+    device_resources: Annotated[Sequence[str], Runtime()] = ()
+    """GPU resource names the device plugin advertises (GpuOperator's settings); always
+    gated (nvidia.com/gpu is gated anyway)."""
     gpu_resource_prefixes: Annotated[Sequence[str], Runtime()] = ()
-    """Extra resource name prefixes to gate (nvidia.com/mig- is always gated)."""
+    """Extra resource name prefixes to gate, e.g. MIG profiles under mig.strategy mixed
+    (nvidia.com/mig- is always gated)."""
+    pool_toleration: Annotated[
+        pulumi.Output[dict[str, str]] | Mapping[str, str] | None, Runtime()
+    ] = None
+    """The GPU pool's toleration (TaintedGpuPool's output); the routing engine adds it to
+    routed GPU pods that lack it. None adds none."""
     namespace: Annotated[str, Runtime()] = DEFAULT_GATE_NAMESPACE
     """The gate's own namespace (created, and excluded from the gate)."""
     opa_image: Annotated[str, Runtime()] = "openpolicyagent/opa:1.22.2"
@@ -447,7 +442,7 @@ class OpaGate(pulumi.ComponentResource):
         )
         gated = args.gpu_resources if args.gate_extended_resources else ()
         config = pulumi.Output.all(args.scheduler_name, gated).apply(
-            lambda v: gate_data(v[0], v[1], args.gpu_resource_prefixes)
+            lambda v: gate_data(v[0], [*args.device_resources, *v[1]], args.gpu_resource_prefixes)
         )
         exclusions: list[pulumi.Resource] = [namespace]
         if args.engine == "opa":
@@ -455,6 +450,8 @@ class OpaGate(pulumi.ComponentResource):
         else:
             ca_pem = not_after = pulumi.Output.from_input("")
             policy_name = self._native(config, exclusions)
+            if args.engine == ROUTING_ENGINE:
+                self._routing(config, exclusions)
 
         self.engine = pulumi.Output.from_input(args.engine)
         self.namespace = namespace.metadata.apply(lambda _: args.namespace)
@@ -695,3 +692,25 @@ class OpaGate(pulumi.ComponentResource):
             opts=child,
         )
         return binding.metadata.apply(lambda m: m.name)
+
+    def _routing(
+        self, config: pulumi.Output[dict[str, Any]], exclusions: list[pulumi.Resource]
+    ) -> None:
+        """Route GPU pods before the ValidatingAdmissionPolicy judges them."""
+        name, args, child = self._name, self._args, self._child
+        policy = k8s.admissionregistration.v1.MutatingAdmissionPolicy(
+            f"{name}-routing",
+            metadata={"name": GATE_NAME, "labels": self._labels},
+            spec=pulumi.Output.all(config, args.pool_toleration).apply(
+                lambda v: routing_policy_spec(
+                    v[0], v[1], args.failure_policy, gate_namespace=args.namespace
+                )
+            ),
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
+        )
+        k8s.admissionregistration.v1.MutatingAdmissionPolicyBinding(
+            f"{name}-routing-binding",
+            metadata={"name": GATE_NAME, "labels": self._labels},
+            spec=routing_binding_spec(policy.metadata.name, gate_namespace=args.namespace),
+            opts=child,
+        )

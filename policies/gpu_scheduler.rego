@@ -1,7 +1,8 @@
 # Keeps GPU pods on the binpack scheduler.
 #
 # A pod CREATE is denied when any container, initContainer or ephemeralContainer
-# (or the pod-level spec.resources) requests or limits a GPU resource and
+# (or the pod-level spec.resources) requests or limits a GPU resource, or the pod asks for
+# devices through DRA resource claims (spec.resourceClaims), and
 # spec.schedulerName is not the configured binpack scheduler, or spec.nodeName is already
 # set (a pod created bound to a node is never scheduled, whatever its schedulerName; only a
 # kubelet's mirror pods, created by the node itself, may come bound).
@@ -130,6 +131,21 @@ requested_gpu_resources contains name if {
 	is_string(name)
 	gpu_resource(name)
 	not zero_quantity(quantity)
+}
+
+# Devices asked for through Dynamic Resource Allocation (resource.k8s.io/v1, GA since 1.34):
+# each pod-level claim, whether it names a ResourceClaim or a ResourceClaimTemplate. The
+# claim's device class is in another object, out of admission's reach, so every claim counts.
+# Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/dynamic-resource-allocation/
+requested_gpu_resources contains sprintf("resource claim %v", [claim_name(claim)]) if {
+	some claim in spec.resourceClaims
+}
+
+default claim_name(_) := "<unnamed>"
+
+claim_name(claim) := claim.name if {
+	is_string(claim.name)
+	claim.name != ""
 }
 
 zero_quantity(quantity) if quantity == 0

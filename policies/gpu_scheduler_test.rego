@@ -379,3 +379,32 @@ test_allow_cpu_pod_created_bound_to_a_node if {
 	count(deny) == 0 with input as review_of({"spec": {"nodeName": "cpu-1"}})
 		with data.gpu_cluster.config as gate_config
 }
+
+# DRA resource claims
+
+claim_denial(claim) := sprintf(`pod "team-a/train-0" requests resource claim %s but spec.schedulerName is unset; GPU pods must set spec.schedulerName: gpu-binpack-scheduler`, [claim])
+
+test_deny_resource_claim_template_off_the_scheduler if {
+	deny == {claim_denial("gpu")} with input as review_of({"spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]}})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_resource_claim_off_the_scheduler if {
+	deny == {claim_denial("shared")} with input as review_of({"spec": {"resourceClaims": [{"name": "shared", "resourceClaimName": "team-gpus"}]}})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_allow_resource_claim_on_the_scheduler if {
+	count(deny) == 0 with input as review_of({"spec": {"schedulerName": "gpu-binpack-scheduler", "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]}})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_allow_empty_resource_claims if {
+	count(deny) == 0 with input as review_of({"spec": {"resourceClaims": []}})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_unnamed_resource_claim if {
+	deny == {claim_denial("<unnamed>")} with input as review_of({"spec": {"resourceClaims": [{"resourceClaimName": "team-gpus"}]}})
+		with data.gpu_cluster.config as gate_config
+}

@@ -164,3 +164,26 @@ def test_binpack_scheduler_config_change_rolls_the_pods() -> None:
 def test_binpack_scheduler_outputs_its_name() -> None:
     _make_scheduler(name="gpu-pack")
     assert captured["name"] == "gpu-pack"
+
+
+def _weights(**overrides: Any) -> dict[str, int]:
+    _make_scheduler(**overrides)
+    (profile,) = yaml.safe_load(captured["config"])["profiles"]
+    resources = profile["pluginConfig"][0]["args"]["scoringStrategy"]["resources"]
+    return {r["name"]: r["weight"] for r in resources}
+
+
+def test_binpack_scheduler_weights_advertised_gpu_resources_like_its_heaviest_gpu() -> None:
+    weights = _weights(
+        resource_weights={"nvidia.com/gpu": 80, "cpu": 1},
+        gpu_resources=["nvidia.com/gpu", "nvidia.com/gpu.shared"],
+    )
+    assert weights == {"nvidia.com/gpu": 80, "cpu": 1, "nvidia.com/gpu.shared": 80}
+
+
+def test_binpack_scheduler_configured_weight_of_an_advertised_resource_wins() -> None:
+    weights = _weights(
+        resource_weights={"nvidia.com/gpu": 100, "nvidia.com/gpu.shared": 10},
+        gpu_resources=["nvidia.com/gpu.shared"],
+    )
+    assert weights == {"nvidia.com/gpu": 100, "nvidia.com/gpu.shared": 10}

@@ -16,7 +16,13 @@ from components import (
     TaintedGpuPoolArgs,
     TimeSlicing,
 )
-from components.gpu_operator import DEFAULT_REPOSITORY, DEFAULT_VERSION, Switch, deep_merge
+from components.gpu_operator import (
+    DEFAULT_REPOSITORY,
+    DEFAULT_VERSION,
+    GpuOperatorSettings,
+    Switch,
+    deep_merge,
+)
 from tests.conftest import Recording, Registration, register
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -235,3 +241,38 @@ def test_gpu_operator_without_crd_upgrades_keeps_openapi_validation() -> None:
     release = _release(_make_gpu_operator(operator={"upgradeCRD": False}))
     assert release.inputs["values"]["operator"]["upgradeCRD"] is False
     assert release.inputs["disableOpenapiValidation"] is False
+
+
+# The GPU resources pods ask for, told by the settings (the gate and scheduler take them).
+
+
+def _gpu_resources(**settings: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    told = GpuOperatorSettings.model_validate({"enabled": True, **settings}).gpu_resources()
+    return told.names, told.prefixes
+
+
+def test_gpu_operator_whole_gpus_by_default() -> None:
+    assert _gpu_resources() == (("nvidia.com/gpu",), ())
+
+
+def test_gpu_operator_time_slicing_renamed_advertises_gpu_shared() -> None:
+    sharing = {"timeSlicing": {"replicas": 4, "renameByDefault": True}}
+    assert _gpu_resources(devicePlugin=sharing, mig={"strategy": "none"}) == (
+        ("nvidia.com/gpu", "nvidia.com/gpu.shared"),
+        (),
+    )
+
+
+def test_gpu_operator_time_slicing_without_rename_keeps_the_name() -> None:
+    sharing = {"timeSlicing": {"replicas": 4}}
+    assert _gpu_resources(devicePlugin=sharing) == (("nvidia.com/gpu",), ())
+
+
+def test_gpu_operator_mig_mixed_advertises_one_resource_per_profile() -> None:
+    assert _gpu_resources(mig={"strategy": "mixed"}) == (("nvidia.com/gpu",), ("nvidia.com/mig-",))
+
+
+def test_gpu_operator_disabled_advertises_only_the_plain_name() -> None:
+    sharing = {"timeSlicing": {"replicas": 4, "renameByDefault": True}}
+    told = GpuOperatorSettings.model_validate({"devicePlugin": sharing}).gpu_resources()
+    assert (told.names, told.prefixes) == (("nvidia.com/gpu",), ())

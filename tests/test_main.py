@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from stack_config import ConfigError
 from tests.conftest import ROOT, Recording, run_program
@@ -144,3 +146,52 @@ def test_main_engines_and_failure_policy_differ_per_stack() -> None:
         "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration"
     )
     assert webhook.inputs["webhooks"][0]["failurePolicy"] == "Fail"
+
+
+def test_main_routing_gives_gpu_pods_the_pools_toleration() -> None:
+    recording = run_program("dev", {"admission": {"engine": "mutating-admission-policy"}})
+    (routing,) = recording.of_type(
+        "kubernetes:admissionregistration.k8s.io/v1:MutatingAdmissionPolicy"
+    )
+    (_, tolerate) = (m["jsonPatch"]["expression"] for m in routing.inputs["spec"]["mutations"])
+    # The toleration comes from the pool's output: the taint written once, in gpuPool.
+    assert (
+        'Object.spec.tolerations{key: "nvidia.com/gpu", operator: "Equal", value: "present",'
+        ' effect: "NoSchedule"}'
+    ) in tolerate
+    taints = {r.urn for r in recording.resources if r.name.startswith("gpu-pool-taint-")}
+    assert taints and taints <= set(routing.dependencies)
+
+
+def test_main_gpu_operator_settings_name_what_is_gated_weighted_and_routed() -> None:
+    # One source: time-slicing renamed (nvidia.com/gpu.shared) reaches the gate, the routing
+    # policy and the scheduler's weights without being typed anywhere else.
+    sharing = {"timeSlicing": {"replicas": 4, "renameByDefault": True}}
+    operator = {"enabled": True, "devicePlugin": sharing, "mig": {"strategy": "none"}}
+    recording = run_program(
+        "dev", {"gpuOperator": operator, "admission": {"engine": "mutating-admission-policy"}}
+    )
+    (policy,) = recording.of_type(
+        "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+    )
+    variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
+    assert "nvidia.com/gpu.shared" in json.loads(variables["gpuResources"])
+    (routing,) = recording.of_type(
+        "kubernetes:admissionregistration.k8s.io/v1:MutatingAdmissionPolicy"
+    )
+    (requests_gpu, _) = routing.inputs["spec"]["matchConditions"]
+    assert '"nvidia.com/gpu.shared"' in requests_gpu["expression"]
+    config = yaml.safe_load(
+        recording.named("binpack-scheduler-config").inputs["data"]["config.yaml"]
+    )
+    resources = config["profiles"][0]["pluginConfig"][0]["args"]["scoringStrategy"]["resources"]
+    assert {"name": "nvidia.com/gpu.shared", "weight": 100} in resources
+
+
+def test_main_opa_certificate_expiry_reaches_the_monitoring_alerts() -> None:
+    prod = run_program("prod")
+    (published, _) = prod.named("monitoring-gate-alerts").inputs["spec"]["groups"]
+    # The mocks' certificate ends 2028-11-23T11:00:00Z; the rule is written from the output.
+    assert published["rules"][0]["expr"] == "vector(1858590000)"
+    dev = run_program("dev")
+    assert [r for r in dev.resources if r.name == "monitoring-gate-alerts"] == []

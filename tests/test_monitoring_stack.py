@@ -271,3 +271,31 @@ def test_monitoring_stack_upgrades_its_crds_before_the_release_and_the_objects_u
 def test_monitoring_stack_crd_upgrade_can_be_left_to_the_operator() -> None:
     values = _release(_make_monitoring_stack(upgrade_crds=False)).inputs["values"]
     assert values["crds"]["upgradeJob"] == {"enabled": False}
+
+
+# OPA's serving certificate: the stack publishes its expiry and alerts before it.
+
+
+def test_monitoring_stack_publishes_the_opa_certificate_expiry_with_its_alerts() -> None:
+    recording = _make_monitoring_stack(opa_serving_cert_not_after="2028-11-23T11:00:00Z")
+    rule = recording.named("mon-gate-alerts")
+    assert rule.inputs["metadata"]["name"] == "gpu-gate-alerts"
+    (published, alerts) = rule.inputs["spec"]["groups"]
+    assert published["rules"] == [
+        {
+            "record": "gpu_cluster:opa_serving_cert_not_after:timestamp_seconds",
+            # 2028-11-23T11:00:00Z in Unix seconds.
+            "expr": "vector(1858590000)",
+            "labels": {"certificate": "opa-serving"},
+        }
+    ]
+    assert [r["alert"] for r in alerts["rules"]] == [
+        "OpaServingCertificateExpiresSoon",
+        "OpaServingCertificateExpiring",
+    ]
+    assert recording.named("mon-release").urn in rule.dependencies
+
+
+def test_monitoring_stack_without_opa_has_no_gate_alerts() -> None:
+    recording = _make_monitoring_stack()
+    assert [r.name for r in recording.resources if r.name == "mon-gate-alerts"] == []

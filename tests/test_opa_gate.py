@@ -21,6 +21,8 @@ from components.opa_gate import (
     load_policies,
     namespace_selector,
     opa_run_args,
+    routing_binding_spec,
+    routing_policy_spec,
 )
 from tests.conftest import Recording, register
 
@@ -34,6 +36,7 @@ def _make_gate(**overrides: Any) -> Recording:
         access = ClusterAccess.create("cluster", "apiVersion: v1\nkind: Config\n", None)
         args: dict[str, Any] = {
             "access": access,
+            "engine": "opa",
             "scheduler_name": "gpu-binpack-scheduler",
             "gpu_resources": ["example.com/dongle"],
             **overrides,
@@ -327,7 +330,8 @@ def test_opa_gate_match_condition_is_the_native_policys_cel() -> None:
         .replace("variables.gpuResources", variables["gpuResources"])
         .replace("variables.gpuPrefixes", variables["gpuPrefixes"])
     )
-    assert gpu_request_condition(config) == f"{inlined}.exists(l, size(l) > 0)"
+    claims = "has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0"
+    assert gpu_request_condition(config) == f"{inlined}.exists(l, size(l) > 0) || ({claims})"
 
 
 def test_opa_gate_budget_keeps_one_replica_up() -> None:
@@ -378,3 +382,80 @@ def test_opa_gate_serving_certificate_expiry_is_an_output() -> None:
 def test_opa_gate_native_engine_has_no_certificate_expiry() -> None:
     recording = _make_gate(engine="validating-admission-policy")
     assert recording.outputs["servingCertNotAfter"] == ""
+
+
+# Routing: the default engine.
+
+MAP = "kubernetes:admissionregistration.k8s.io/v1:MutatingAdmissionPolicy"
+MAP_BINDING = "kubernetes:admissionregistration.k8s.io/v1:MutatingAdmissionPolicyBinding"
+POOL_TOLERATION = {
+    "key": "nvidia.com/gpu",
+    "operator": "Equal",
+    "value": "present",
+    "effect": "NoSchedule",
+}
+
+
+def test_opa_gate_routing_is_the_default_engine() -> None:
+    assert OpaGateArgs.model_fields["engine"].default == "mutating-admission-policy"
+
+
+def test_opa_gate_routing_engine_routes_then_refuses_the_rest() -> None:
+    recording = _make_gate(engine="mutating-admission-policy", pool_toleration=POOL_TOLERATION)
+    (routing,) = recording.of_type(MAP)
+    (routing_binding,) = recording.of_type(MAP_BINDING)
+    (policy,) = recording.of_type(VAP)
+    assert recording.of_type(WEBHOOK) == []
+    config = gate_data("gpu-binpack-scheduler", ["example.com/dongle"], [])
+    assert routing.inputs["spec"] == routing_policy_spec(
+        config, POOL_TOLERATION, "Fail", gate_namespace="gpu-admission"
+    )
+    assert routing_binding.inputs["spec"] == routing_binding_spec(
+        "gpu-scheduler-gate", gate_namespace="gpu-admission"
+    )
+    # What cannot be routed is refused by the same validation as the reject-only engine.
+    assert policy.inputs["spec"] == admission_policy_spec(config, gate_namespace="gpu-admission")
+
+
+def test_opa_gate_routing_adds_the_pools_toleration_as_given() -> None:
+    toleration = {**POOL_TOLERATION, "key": "gpu-cluster.io/pool", "value": "a100"}
+    recording = _make_gate(engine="mutating-admission-policy", pool_toleration=toleration)
+    (routing,) = recording.of_type(MAP)
+    (_, tolerate) = (m["jsonPatch"]["expression"] for m in routing.inputs["spec"]["mutations"])
+    assert (
+        'Object.spec.tolerations{key: "gpu-cluster.io/pool", operator: "Equal",'
+        ' value: "a100", effect: "NoSchedule"}'
+    ) in tolerate
+
+
+def test_opa_gate_routing_without_a_pool_only_sets_the_scheduler() -> None:
+    recording = _make_gate(engine="mutating-admission-policy")
+    (routing,) = recording.of_type(MAP)
+    (route,) = (m["jsonPatch"]["expression"] for m in routing.inputs["spec"]["mutations"])
+    assert "/spec/schedulerName" in route
+
+
+def test_opa_gate_routing_leaves_bound_pods_as_they_are() -> None:
+    # A node's mirror pod must stay as its kubelet wrote it; other bound pods are refused.
+    spec = routing_policy_spec(gate_data("s", [], []), None)
+    conditions = {c["name"]: c["expression"] for c in spec["matchConditions"]}
+    assert conditions["not-bound"] == "!has(object.spec.nodeName) || object.spec.nodeName == ''"
+    assert conditions["requests-gpu"] == gpu_request_condition(gate_data("s", [], []))
+
+
+def test_opa_gate_reject_only_engines_route_nothing() -> None:
+    for engine in ("opa", "validating-admission-policy"):
+        recording = _make_gate(engine=engine, pool_toleration=POOL_TOLERATION)
+        assert recording.of_type(MAP) == [] and recording.of_type(MAP_BINDING) == []
+
+
+def test_opa_gate_device_resources_are_gated_whatever_gate_extended_resources_says() -> None:
+    recording = _make_gate(
+        engine="validating-admission-policy",
+        gate_extended_resources=False,
+        device_resources=["nvidia.com/gpu.shared"],
+        gpu_resource_prefixes=["nvidia.com/mig-"],
+    )
+    (policy,) = recording.of_type(VAP)
+    variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
+    assert variables["gpuResources"] == '["nvidia.com/gpu", "nvidia.com/gpu.shared"]'

@@ -19,7 +19,13 @@ from typing import Any
 import pytest
 import yaml
 
-from components.monitoring_stack import DASHBOARD_FILE, RULES_FILE, load_dashboard
+from components.monitoring_stack import (
+    DASHBOARD_FILE,
+    GATE_RULES_FILE,
+    RULES_FILE,
+    gate_rule_groups,
+    load_dashboard,
+)
 from tests.integration.conftest import built_tool
 
 REPO = Path(__file__).resolve().parent.parent
@@ -191,3 +197,20 @@ def test_promql_promtool_unit_tests_catch_a_changed_threshold(
     result = _run(promtool, "test", "rules", tmp_path / RULES_TEST_FILE.name)
     assert result.returncode != 0
     assert "GpuTemperatureHigh" in result.stdout + result.stderr
+
+
+def test_promql_promtool_checks_the_gate_rules_as_deployed(promtool: Path, tmp_path: Path) -> None:
+    # The recording rule that publishes the certificate's expiry, and the alerts on it.
+    deployed = tmp_path / "gate.rules.yaml"
+    deployed.write_text(yaml.safe_dump({"groups": gate_rule_groups("2028-11-23T11:00:00Z")}))
+    result = _run(promtool, "check", "rules", "--lint=all", "--lint-fatal", deployed)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 3 rules found" in result.stdout
+
+
+def test_promql_promtool_gate_alerts_fire_before_the_certificate_expires(
+    promtool: Path,
+) -> None:
+    result = _run(promtool, "test", "rules", GATE_RULES_FILE.with_name("gate.rules.test.yaml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout

@@ -189,7 +189,7 @@ def test_config_rejects_malformed_kubernetes_version() -> None:
 
 
 def test_config_warns_on_untested_kubernetes_version() -> None:
-    config = _parse(kubernetesVersion="v1.30.2")
+    config = _parse(kubernetesVersion="v1.30.2", admission={"engine": "opa"})
     assert config.warnings == (
         "gpu-cluster:kubernetesVersion v1.30.2 is outside the tested range v1.35-v1.37",
     )
@@ -211,14 +211,11 @@ def test_config_warns_on_an_extended_resource_advertised_as_zero() -> None:
     )
 
 
-def test_config_warns_when_time_slicing_renames_gpus_away_from_gate_and_weights() -> None:
+def test_config_time_slicing_renamed_is_no_longer_a_warning() -> None:
+    # The gate and the scheduler take nvidia.com/gpu.shared from the operator's settings.
     sharing = {"replicas": 4, "renameByDefault": True}
     config = _parse(gpuOperator={"enabled": True, "devicePlugin": {"timeSlicing": sharing}})
-    assert config.warnings == (
-        "gpu-cluster:gpuOperator.devicePlugin.timeSlicing.renameByDefault true advertises "
-        "shared GPUs as nvidia.com/gpu.shared, which the admission gate does not gate and "
-        "scheduler.resourceWeights does not weight",
-    )
+    assert config.warnings == ()
 
 
 def test_config_stack_files_load_without_warnings() -> None:
@@ -313,10 +310,25 @@ def test_config_rejects_shape_with_one_point() -> None:
     ]
 
 
+def test_config_refuses_routing_below_its_ga_version() -> None:
+    # MutatingAdmissionPolicy is beta behind a feature gate on v1.35: the default engine is
+    # refused there, with the engines that work on that version.
+    assert _problems(kubernetesVersion="v1.35.4") == [
+        "gpu-cluster:admission.engine: got 'mutating-admission-policy'; needs kubernetesVersion "
+        "v1.36 or newer (MutatingAdmissionPolicy is GA there; kubernetesVersion is v1.35.4); "
+        "allowed on this version: validating-admission-policy, opa"
+    ]
+
+
+def test_config_routes_from_v1_36() -> None:
+    assert _parse(kubernetesVersion="v1.36.0").admission.engine == "mutating-admission-policy"
+
+
 def test_config_rejects_unknown_admission_engine() -> None:
     problems = _problems(admission={"engine": "gatekeeper"})
     assert problems == [
-        "gpu-cluster:admission.engine: got 'gatekeeper'; allowed: opa, validating-admission-policy"
+        "gpu-cluster:admission.engine: got 'gatekeeper'; allowed: mutating-admission-policy, "
+        "validating-admission-policy, opa"
     ]
 
 
@@ -924,4 +936,4 @@ def test_config_rejects_kubernetes_version_other_than_major_1_in_ascii(version: 
 
 def test_config_key_written_without_a_value_takes_its_default() -> None:
     config = _parse(scheduler={"replicas": None}, admission=None)
-    assert (config.scheduler.replicas, config.admission.engine) == (2, "opa")
+    assert (config.scheduler.replicas, config.admission.engine) == (2, "mutating-admission-policy")

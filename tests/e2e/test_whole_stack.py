@@ -24,6 +24,11 @@ from .engine import StackError, stack_config
 from .providers import HELM_RELEASE
 from .stack import AppliedStack
 
+# The engine that routes GPU pods (components/opa_gate.py), and what both native engines and
+# the webhook are named by.
+ROUTING_ENGINE = "mutating-admission-policy"
+GATE_NAME = "gpu-scheduler-gate"
+
 GPU = "nvidia.com/gpu"
 # An eviction by the taint manager happens within seconds of a binding.
 SETTLE_SECONDS = 8.0
@@ -112,14 +117,61 @@ def test_gpu_pod_is_admitted_bound_by_the_stack_scheduler_and_stays(
     assert pod.status.phase == "Running"
 
 
-def test_gpu_pod_without_the_scheduler_name_is_refused_by_the_gate(
+def test_gpu_pod_without_the_scheduler_name_is_refused_by_a_reject_only_gate(
     applied: AppliedStack, namespace: str
 ) -> None:
+    if applied.outputs["admissionEngine"] == ROUTING_ENGINE:
+        pytest.skip("the routing engine routes this pod (next scenario)")
     core = _core(applied)
     with pytest.raises(ApiException) as refused:
         core.create_namespaced_pod(namespace, _gpu_pod("no-scheduler", None))
     assert refused.value.status in (400, 403, 422)
     assert "schedulerName" in str(refused.value.body)
+    assert applied.outputs["schedulerName"] in str(refused.value.body)
+
+
+def test_gpu_pod_without_the_scheduler_name_is_routed_bound_by_the_stack_scheduler_and_stays(
+    applied: AppliedStack, namespace: str
+) -> None:
+    """The user writes only the GPU limit: the gate sets the scheduler and the pool's
+    toleration, the stack's scheduler binds it to a GPU node, and it is not evicted."""
+    if applied.outputs["admissionEngine"] != ROUTING_ENGINE:
+        pytest.skip(f"the {applied.outputs['admissionEngine']} engine refuses this pod")
+    core = _core(applied)
+    scheduler = applied.outputs["schedulerName"]
+    name = f"routed-{uuid.uuid4().hex[:6]}"
+    created = core.create_namespaced_pod(namespace, _gpu_pod(name, None))
+    assert created.spec.scheduler_name == scheduler
+    # The pool's toleration, or one that covers it (ExtendedResourceToleration's for the
+    # requested resource, when the pool is tainted with that key): never both.
+    taint = applied.outputs["gpuTaint"]
+    covering = [
+        t
+        for t in created.spec.tolerations or []
+        if t.key == taint["key"]
+        and (t.operator == "Exists" or t.value == taint["value"])
+        and t.effect in (None, "", taint["effect"])
+    ]
+    assert len(covering) == 1, created.spec.tolerations
+    pod = _wait_pod(core, namespace, name)
+    assert pod.spec.node_name in applied.gpu_nodes
+    assert _scheduled_by(core, namespace, name) == {scheduler}
+    time.sleep(SETTLE_SECONDS)
+    pod = core.read_namespaced_pod(name, namespace)
+    assert pod.metadata.deletion_timestamp is None, "the routed GPU pod was evicted"
+    assert pod.status.phase == "Running"
+
+
+def test_gpu_pod_on_another_scheduler_is_refused_by_the_gate(
+    applied: AppliedStack, namespace: str
+) -> None:
+    """A GPU pod that names a scheduler of its own cannot be routed: every engine refuses it."""
+    core = _core(applied)
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_pod(namespace, _gpu_pod("own-scheduler", "team-scheduler"))
+    assert refused.value.status in (400, 403, 422)
+    message = json.loads(refused.value.body or "{}").get("message", "")
+    assert 'spec.schedulerName is "team-scheduler"' in message
     assert applied.outputs["schedulerName"] in str(refused.value.body)
 
 
@@ -184,6 +236,20 @@ def test_destroy_removes_what_the_stack_added_and_nodes_are_as_before(
     during = applied.kubeadm_config()
     applied.destroy()
     assert applied.node_state() == applied.nodes_before
+    # No admission policy, binding or webhook of the gate is left to judge pods.
+    admission = client.AdmissionregistrationV1Api(applied.api_client())
+    left: list[Any] = [
+        item.metadata and item.metadata.name
+        for listing in (
+            admission.list_mutating_admission_policy,
+            admission.list_mutating_admission_policy_binding,
+            admission.list_validating_admission_policy,
+            admission.list_validating_admission_policy_binding,
+            admission.list_validating_webhook_configuration,
+        )
+        for item in listing().items
+    ]
+    assert GATE_NAME not in left
     # ControlPlaneFeatures edited kubeadm's ClusterConfiguration; destroy undid exactly that.
     if applied.kubeadm_config_before is not None:
         assert during != applied.kubeadm_config_before
@@ -209,5 +275,26 @@ def test_a_no_execute_pool_is_refused_before_anything_is_applied(
         with pytest.raises(StackError) as refused:
             applied.up()
         assert "gpu-cluster:gpuPool.taint.effect: got 'NoExecute'" in str(refused.value)
+        assert applied.node_state() == applied.nodes_before
+        assert {n.metadata.name for n in _core(applied).list_namespace().items} == namespaces
+
+
+def test_a_scheduler_newer_than_the_api_server_is_refused_before_anything_is_applied(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """kubernetesVersion is the binpack kube-scheduler's image tag; one minor newer than the
+    local API server (v1.37.2) breaks the version skew policy, so the program stops before it
+    declares anything, naming the key and both versions."""
+    require_e2e_tools()
+    workdir = tmp_path_factory.mktemp("e2e-skew")
+    with AppliedStack("local", workdir, overrides={"kubernetesVersion": "v1.38.0"}) as applied:
+        namespaces = {n.metadata.name for n in _core(applied).list_namespace().items}
+        with pytest.raises(StackError) as refused:
+            applied.up()
+        assert (
+            "gpu-cluster:kubernetesVersion: got 'v1.38.0'; the cluster's API server is v1.37.2"
+        ) in str(refused.value)
+        assert "may not be newer than the kube-apiserver" in str(refused.value)
+        assert "allowed: v1.36.x or v1.37.x" in str(refused.value)
         assert applied.node_state() == applied.nodes_before
         assert {n.metadata.name for n in _core(applied).list_namespace().items} == namespaces

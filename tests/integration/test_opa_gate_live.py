@@ -31,7 +31,6 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from components.opa_gate import (
-    ADMISSION_ENGINES,
     GATE_CONFIG_FILE,
     GATE_NAME,
     OPA_PRIORITY_CLASS,
@@ -44,14 +43,19 @@ from components.opa_gate import (
     opa_disruption_budget,
     opa_run_args,
     policy_files,
+    routing_binding_spec,
+    routing_policy_spec,
     webhook_spec,
 )
+from tests.gate_samples import load_samples
 from tests.integration.conftest import built_tool
 from tools.harness import LocalControlPlane, ManagedProcess, free_port
 from tools.harness.certs import CertificateAuthority, write_private
 
-SCHEDULER = "gpu-binpack-scheduler"
-GATE_CONFIG = gate_data(SCHEDULER, ["example.com/dongle"], [])
+# The table of sample pods and the gate data it is written for.
+SAMPLES = load_samples()
+SCHEDULER = SAMPLES.scheduler
+GATE_CONFIG = gate_data(SCHEDULER, SAMPLES.gpu_resources, SAMPLES.gpu_resource_prefixes)
 # The gate's own namespace in these tests: excluded by name, like kube-system.
 GATE_NAMESPACE = f"gate-own-{uuid.uuid4().hex[:8]}"
 # The label both engines used to skip; anyone who may label a namespace can set it.
@@ -72,6 +76,17 @@ DENIAL = {
         r"^pods \"[^\"]+\" is forbidden: ValidatingAdmissionPolicy"
         rf" '{GATE_NAME}' with binding '{GATE_NAME}' denied request: (?P<message>.*)$"
     ),
+}
+# The routing engine refuses through the same ValidatingAdmissionPolicy.
+DENIAL["mutating-admission-policy"] = DENIAL["validating-admission-policy"]
+ROUTING = "mutating-admission-policy"
+# The engines that refuse GPU pods off the scheduler rather than route them.
+REJECT_ENGINES = ("opa", "validating-admission-policy")
+POOL_TOLERATION = {
+    "key": "nvidia.com/gpu",
+    "operator": "Equal",
+    "value": "present",
+    "effect": "NoSchedule",
 }
 
 
@@ -278,6 +293,34 @@ def _webhook_engine(cp: LocalControlPlane, opa: OpaServer) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _routing_policy(cp: LocalControlPlane) -> Iterator[None]:
+    api = "/apis/admissionregistration.k8s.io/v1"
+    policy = {
+        "metadata": {"name": GATE_NAME},
+        "spec": routing_policy_spec(GATE_CONFIG, POOL_TOLERATION, gate_namespace=GATE_NAMESPACE),
+    }
+    binding = {
+        "metadata": {"name": GATE_NAME},
+        "spec": routing_binding_spec(gate_namespace=GATE_NAMESPACE),
+    }
+    cp.request("POST", f"{api}/mutatingadmissionpolicies", policy)
+    try:
+        cp.request("POST", f"{api}/mutatingadmissionpolicybindings", binding)
+        try:
+            yield
+        finally:
+            cp.request("DELETE", f"{api}/mutatingadmissionpolicybindings/{GATE_NAME}")
+    finally:
+        cp.request("DELETE", f"{api}/mutatingadmissionpolicies/{GATE_NAME}")
+
+
+@contextlib.contextmanager
+def _routing_engine(cp: LocalControlPlane) -> Iterator[None]:
+    with _policy_engine(cp), _routing_policy(cp):
+        yield
+
+
+@contextlib.contextmanager
 def _policy_engine(cp: LocalControlPlane) -> Iterator[None]:
     api = "/apis/admissionregistration.k8s.io/v1"
     policy = {
@@ -303,13 +346,22 @@ def _policy_engine(cp: LocalControlPlane) -> Iterator[None]:
 def _engine_active(
     engine: str, cp: LocalControlPlane, api_client: Any, namespace: str, opa: OpaServer | None
 ) -> Iterator[None]:
-    """The engine registered and in force; afterwards removed and no longer enforced."""
-    probe = _pod(f"probe-{uuid.uuid4().hex[:6]}", GPU)
+    """The engine registered and in force; afterwards removed and no longer enforced.
+
+    A GPU pod on a scheduler of its own is refused by every engine; the routing engine is
+    in force once it also routes a GPU pod that names none.
+    """
+    probe = _pod(f"probe-{uuid.uuid4().hex[:6]}", GPU, scheduler="team-scheduler")
+    unrouted = _pod(f"probe-{uuid.uuid4().hex[:6]}", GPU)
     last: list[str | None] = [None]
 
     def outcome() -> str | None:
         last[0] = _create(api_client, namespace, probe)
         return last[0]
+
+    def routed() -> bool:
+        last[0] = _create(api_client, namespace, unrouted)
+        return last[0] is None
 
     def diagnose() -> str:
         logs = cp.logs()["kube-apiserver"]
@@ -317,14 +369,22 @@ def _engine_active(
             logs += f"\n--- opa ---\n{opa.process.tail()}"
         return f"last answer for a GPU pod: {last[0]!r}\n{logs}"
 
-    registered = _webhook_engine(cp, opa) if opa is not None else _policy_engine(cp)
+    registered = (
+        _webhook_engine(cp, opa)
+        if opa is not None
+        else _routing_engine(cp)
+        if engine == ROUTING
+        else _policy_engine(cp)
+    )
     with registered:
         _wait_for(f"{engine} denying a GPU pod", lambda: _denied_by(engine, outcome()), diagnose)
+        if engine == ROUTING:
+            _wait_for(f"{engine} routing a GPU pod", routed, diagnose)
         yield
     _wait_for(f"{engine} removed", lambda: outcome() is None, diagnose)
 
 
-@pytest.fixture(params=ADMISSION_ENGINES)
+@pytest.fixture(params=REJECT_ENGINES)
 def engine(
     request: pytest.FixtureRequest,
     control_plane: LocalControlPlane,
@@ -380,6 +440,79 @@ def test_opa_gate_live_admits_gpu_pod_in_excluded_namespace(
 ) -> None:
     namespace = namespaces.own if excluded == "own" else "kube-system"
     assert _create(api_client, namespace, _pod("train-3", GPU)) is None
+
+
+# ------------------------------------------------------------------ routing
+
+
+@pytest.fixture
+def routing(
+    control_plane: LocalControlPlane, api_client: Any, namespaces: Namespaces
+) -> Iterator[None]:
+    """The routing engine (MutatingAdmissionPolicy and ValidatingAdmissionPolicy) in force."""
+    with _engine_active(ROUTING, control_plane, api_client, namespaces.gated, None):
+        yield
+
+
+def _admitted(api_client: Any, namespace: str, pod: client.V1Pod) -> Any:
+    """The pod as the API server would store it (dry run)."""
+    created: Any = client.CoreV1Api(api_client).create_namespaced_pod(namespace, pod, dry_run="All")
+    return created
+
+
+def _pool_tolerations(pod: Any) -> list[tuple[Any, ...]]:
+    return [
+        (t.key, t.operator, t.value, t.effect)
+        for t in pod.spec.tolerations or []
+        if t.key == POOL_TOLERATION["key"]
+    ]
+
+
+def test_opa_gate_live_routing_sets_scheduler_and_pool_toleration(
+    routing: None, api_client: Any, namespaces: Namespaces
+) -> None:
+    pod = _admitted(api_client, namespaces.gated, _pod("routed-0", GPU))
+    assert pod.spec.scheduler_name == SCHEDULER
+    assert _pool_tolerations(pod) == [("nvidia.com/gpu", "Equal", "present", "NoSchedule")]
+
+
+def test_opa_gate_live_routing_keeps_a_toleration_that_covers_the_taint(
+    routing: None, api_client: Any, namespaces: Namespaces
+) -> None:
+    own: Any = _pod("routed-1", GPU)
+    own.spec.tolerations = [client.V1Toleration(key="nvidia.com/gpu", operator="Exists")]
+    pod = _admitted(api_client, namespaces.gated, own)
+    assert pod.spec.scheduler_name == SCHEDULER
+    assert _pool_tolerations(pod) == [("nvidia.com/gpu", "Exists", None, None)]
+
+
+def test_opa_gate_live_routing_leaves_cpu_pods_alone(
+    routing: None, api_client: Any, namespaces: Namespaces
+) -> None:
+    pod = _admitted(api_client, namespaces.gated, _pod("web-routed", CPU))
+    assert pod.spec.scheduler_name == "default-scheduler"
+    assert _pool_tolerations(pod) == []
+
+
+def test_opa_gate_live_routing_refuses_another_scheduler(
+    routing: None, api_client: Any, namespaces: Namespaces
+) -> None:
+    outcome = _create(api_client, namespaces.gated, _pod("own-0", GPU, scheduler="team-sched"))
+    denial = DENIAL[ROUTING].match(outcome or "")
+    assert denial, f"not refused: {outcome}"
+    assert denial["message"] == (
+        f'pod "{namespaces.gated}/own-0" requests nvidia.com/gpu but spec.schedulerName'
+        f' is "team-sched"; GPU pods must set spec.schedulerName: {SCHEDULER}'
+    )
+
+
+def test_opa_gate_live_routing_refuses_a_pod_created_bound_to_a_node(
+    routing: None, api_client: Any, namespaces: Namespaces
+) -> None:
+    bound: Any = _pod("bound-0", GPU)
+    bound.spec.node_name = "gpu-node-1"
+    outcome = _create(api_client, namespaces.gated, bound)
+    assert _denied_by(ROUTING, outcome), f"not refused: {outcome}"
 
 
 OPA_SELECTOR = {"app.kubernetes.io/name": "opa"}
@@ -457,63 +590,53 @@ def test_opa_gate_live_decides_again_after_opa_restarts(
     assert admitted is None
 
 
-# Pods both engines must judge alike; the Rego policy is the reference.
-AGREEMENT_PODS = {
-    "default-scheduler": _pod("agree-0", GPU, scheduler="default-scheduler"),
-    "mig-profile": _pod("agree-1", {"nvidia.com/mig-1g.5gb": "1"}),
-    "init-container": _pod("agree-2", CPU, init_limits={"nvidia.com/gpu": "2"}),
-    "configured-resource": _pod("agree-3", {"example.com/dongle": "1"}),
-    "zero-gpus": _pod("agree-4", {"nvidia.com/gpu": "0"}),
-    "other-scheduler-cpu": _pod("agree-5", CPU, scheduler="default-scheduler"),
-    "two-gpu-kinds": _pod("agree-6", {"nvidia.com/gpu": "1", "example.com/dongle": "1"}),
-}
-
-
-def _judge_all(
+def _judge_table(
     engine: str,
     cp: LocalControlPlane,
     api_client: Any,
     namespace: str,
     opa: OpaServer | None,
-) -> dict[str, str | None]:
-    """{case: policy message, or None when admitted} with `engine` in force."""
-    verdicts: dict[str, str | None] = {}
+) -> list[str]:
+    """With `engine` in force, each sample's disagreement with the table, if any."""
+    wrong: list[str] = []
+    core = client.CoreV1Api(api_client)
     with _engine_active(engine, cp, api_client, namespace, opa):
-        for case, pod in AGREEMENT_PODS.items():
-            outcome = _create(api_client, namespace, pod)
-            denial = DENIAL[engine].match(outcome) if outcome is not None else None
-            assert outcome is None or denial, f"{case}: not a denial by {engine}: {outcome}"
-            verdicts[case] = denial["message"] if denial else None
-    return verdicts
+        for i, sample in enumerate(SAMPLES.samples):
+            name = f"sample-{i}"
+            pod: Any = sample.pod(name)
+            written = pod["spec"].get("schedulerName", "default-scheduler")
+            expected = sample.verdict(engine)
+            try:
+                stored: Any = core.create_namespaced_pod(namespace, pod, dry_run="All")
+            except ApiException as exc:
+                message = json.loads(exc.body or "{}").get("message", str(exc))
+                denial = DENIAL[engine].match(message)
+                wanted = (sample.message or "").replace("{pod}", f"{namespace}/{name}")
+                if denial is None:
+                    wrong.append(f"{engine} {sample.name}: not the gate's refusal: {message}")
+                elif expected != "refused" or wanted not in denial["message"]:
+                    wrong.append(f"{engine} {sample.name}: refused ({denial['message']})")
+                continue
+            scheduler = stored.spec.scheduler_name
+            outcome = "routed" if scheduler == SCHEDULER and written != SCHEDULER else "allowed"
+            if outcome == "allowed" and scheduler != written:
+                outcome = f"admitted with schedulerName {scheduler}"
+            if outcome != expected:
+                wrong.append(f"{engine} {sample.name}: {outcome}, table says {expected}")
+    return wrong
 
 
-def test_opa_gate_live_engines_judge_pods_alike(
+def test_opa_gate_live_engines_reach_the_sample_tables_verdicts(
     control_plane: LocalControlPlane,
     api_client: Any,
     namespaces: Namespaces,
     opa_server: OpaServer,
 ) -> None:
+    """tests/fixtures/gate_samples.yaml: every engine, every sample, one verdict each."""
     ns = namespaces.gated
-    rego = _judge_all("opa", control_plane, api_client, ns, opa_server)
-    cel = _judge_all("validating-admission-policy", control_plane, api_client, ns, None)
-
-    def message(pod: str, resource: str) -> str:
-        return (
-            f'pod "{ns}/{pod}" requests {resource} but spec.schedulerName is'
-            f' "default-scheduler"; GPU pods must set spec.schedulerName: {SCHEDULER}'
-        )
-
-    assert rego == {
-        "default-scheduler": message("agree-0", "nvidia.com/gpu"),
-        "mig-profile": message("agree-1", "nvidia.com/mig-1g.5gb"),
-        "init-container": message("agree-2", "nvidia.com/gpu"),
-        "configured-resource": message("agree-3", "example.com/dongle"),
-        "zero-gpus": None,
-        "other-scheduler-cpu": None,
-        "two-gpu-kinds": ", ".join(
-            [message("agree-6", "example.com/dongle"), message("agree-6", "nvidia.com/gpu")]
-        ),
-    }
-    # The same verdicts and messages; with two kinds of GPU resource the CEL message is
-    # the first of the Rego policy's.
-    assert cel == {**rego, "two-gpu-kinds": message("agree-6", "example.com/dongle")}
+    wrong = [
+        *_judge_table("opa", control_plane, api_client, ns, opa_server),
+        *_judge_table("validating-admission-policy", control_plane, api_client, ns, None),
+        *_judge_table(ROUTING, control_plane, api_client, ns, None),
+    ]
+    assert not wrong, "\n".join(wrong)

@@ -1,0 +1,211 @@
+"""gpu_scheduler.rego's rules in CEL, for the native engines (beside the Rego they mirror).
+
+components/opa_gate.py wraps these expressions into the ValidatingAdmissionPolicy, the
+MutatingAdmissionPolicy that routes GPU pods, and the webhook's match condition; the gate
+data (gate_data(): scheduler name, gated resource names and prefixes) is written in as
+literals. tests/fixtures/gate_samples.yaml holds the sample pods both engines must judge
+alike (tests/integration/test_opa_gate_live.py runs them).
+
+Rule by rule, against policies/gpu_scheduler.rego:
+- `requested_gpu_resources` -> gpu_requests_by_container(), CLAIM_NAMES / requests_gpu(): a
+  gated resource asked for (requests or limits) by any container, initContainer or
+  ephemeralContainer, quantity above zero; and each DRA claim in spec.resourceClaims.
+- `deny` (not on the scheduler) -> the first of validations().
+- `deny` (spec.nodeName preset, not a mirror pod) -> the second of validations().
+- Routing has no Rego twin: OPA is a validating webhook and only refuses.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# What kube-apiserver fills in for a pod that leaves spec.schedulerName unset.
+DEFAULT_SCHEDULER = "default-scheduler"
+
+# Every container of the pod under review.
+CONTAINERS = (
+    "object.spec.containers"
+    " + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
+    " + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])"
+)
+
+# The smallest string of a non-empty list L (no sort() in the API server's CEL).
+_SMALLEST = "{l}.filter(x, {l}.all(y, x <= y))[0]"
+
+
+def literal(value: str | Sequence[str]) -> str:
+    """A string or list of strings as a CEL literal (JSON's are valid CEL)."""
+    return json.dumps(value if isinstance(value, str) else list(value))
+
+
+def gate_lists(config: Mapping[str, Any]) -> tuple[str, str]:
+    """The gated resource names and prefixes of the gate data, as CEL list literals."""
+    prefixes = [p for p in config["gpu_resource_prefixes"] if p]
+    return literal(config["gpu_resources"]), literal(prefixes)
+
+
+def _gpu_names(section: str, resources: str, prefixes: str) -> str:
+    """The GPU resources container `c` asks for in `section`, quantity above zero."""
+    return (
+        f"(has(c.resources.{section}) ? c.resources.{section}.filter(r,"
+        f" (r in {resources} || {prefixes}.exists(p, r.startsWith(p)))"
+        f" && quantity(string(c.resources.{section}[r])).isGreaterThan(quantity('0'))) : [])"
+    )
+
+
+def gpu_requests_by_container(containers: str, resources: str, prefixes: str) -> str:
+    """For each of `containers`, the GPU resources (`resources`, `prefixes`) it asks for."""
+    return (
+        f"{containers}.map(c, !has(c.resources) ? [] : "
+        + _gpu_names("requests", resources, prefixes)
+        + " + "
+        + _gpu_names("limits", resources, prefixes)
+        + ")"
+    )
+
+
+# Devices asked for through DRA: each pod-level claim (a ResourceClaim or a template of one),
+# named as the Rego policy names it. Every claim counts: its device class is in another object.
+CLAIM_NAMES = (
+    "has(object.spec.resourceClaims) ? object.spec.resourceClaims.map(c, 'resource claim '"
+    " + (has(c.name) && c.name != '' ? c.name : '<unnamed>')) : []"
+)
+HAS_CLAIMS = "has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0"
+
+
+def requests_gpu(config: Mapping[str, Any]) -> str:
+    """True when the pod asks for a gated GPU resource or a DRA claim; usable without
+    variables (a match condition), with the gate data written in."""
+    resources, prefixes = gate_lists(config)
+    by_container = gpu_requests_by_container(f"({CONTAINERS})", resources, prefixes)
+    return f"{by_container}.exists(l, size(l) > 0) || ({HAS_CLAIMS})"
+
+
+def validation_variables(config: Mapping[str, Any]) -> dict[str, str]:
+    """The ValidatingAdmissionPolicy's variables, in order of use."""
+    resources, prefixes = gate_lists(config)
+    return {
+        "gpuResources": resources,
+        "gpuPrefixes": prefixes,
+        "requiredScheduler": literal(config["scheduler_name"]),
+        "containers": CONTAINERS,
+        "gpuByContainer": gpu_requests_by_container(
+            "variables.containers", "variables.gpuResources", "variables.gpuPrefixes"
+        ),
+        # The first GPU resource (by name) of each container asking for one, and each claim.
+        "gpuNames": "variables.gpuByContainer.filter(l, size(l) > 0)"
+        ".map(l, " + _SMALLEST.format(l="l") + f") + ({CLAIM_NAMES})",
+        "podName": "(has(object.metadata.namespace) && object.metadata.namespace != ''"
+        " ? object.metadata.namespace : request.namespace) + '/'"
+        " + (has(object.metadata.name) && object.metadata.name != ''"
+        " ? object.metadata.name : (has(object.metadata.generateName)"
+        " ? object.metadata.generateName : '<unnamed>'))",
+        "schedulerShown": "has(object.spec.schedulerName)"
+        " ? '\"' + object.spec.schedulerName + '\"' : 'unset'",
+    }
+
+
+def validations() -> list[dict[str, str]]:
+    """The two `deny` rules of gpu_scheduler.rego, with the same messages.
+
+    With several kinds of GPU resource the message names the alphabetically first, which is
+    the first of the Rego policy's (sorted) messages.
+    """
+    first_gpu = _SMALLEST.format(l="variables.gpuNames")
+    return [
+        {
+            "expression": "size(variables.gpuNames) == 0"
+            " || (has(object.spec.schedulerName)"
+            " && object.spec.schedulerName == variables.requiredScheduler)",
+            "messageExpression": "'pod \"' + variables.podName + '\" requests '"
+            f" + {first_gpu}"
+            " + ' but spec.schedulerName is ' + variables.schedulerShown"
+            " + '; GPU pods must set spec.schedulerName: ' + variables.requiredScheduler",
+            "reason": "Forbidden",
+        },
+        {
+            # A pod created bound to a node is never scheduled; only a kubelet's mirror
+            # pods (created by the node itself) may come bound.
+            # (Only reported once the scheduler name is right, as the Rego policy does.)
+            "expression": "size(variables.gpuNames) == 0"
+            " || !(has(object.spec.schedulerName)"
+            " && object.spec.schedulerName == variables.requiredScheduler)"
+            " || !has(object.spec.nodeName) || object.spec.nodeName == ''"
+            " || request.userInfo.username.startsWith('system:node:')",
+            "messageExpression": "'pod \"' + variables.podName + '\" requests '"
+            f" + {first_gpu}"
+            " + ' but sets spec.nodeName, which skips the scheduler; GPU pods are placed"
+            " by ' + variables.requiredScheduler",
+            "reason": "Forbidden",
+        },
+    ]
+
+
+# --------------------------------------------------------------------------- routing
+
+UNBOUND = "!has(object.spec.nodeName) || object.spec.nodeName == ''"
+
+
+def tolerates(toleration: Mapping[str, str]) -> str:
+    """True when toleration `t` of the pod already tolerates the pool's taint.
+
+    As the scheduler matches them: an empty key with Exists tolerates every taint, an empty
+    effect every effect, Exists every value, Equal (the default) only the same value.
+    Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/
+    """
+    key = literal(toleration["key"])
+    value = literal(toleration.get("value", ""))
+    effect = literal(toleration["effect"])
+    exists = "(has(t.operator) && t.operator == 'Exists')"
+    return (
+        f"((has(t.key) && t.key == {key}) || ((!has(t.key) || t.key == '') && {exists}))"
+        f" && (!has(t.effect) || t.effect == '' || t.effect == {effect})"
+        f" && ({exists} || (has(t.value) ? t.value : '') == {value})"
+    )
+
+
+def routing_variables(
+    config: Mapping[str, Any], toleration: Mapping[str, str] | None
+) -> dict[str, str]:
+    """The MutatingAdmissionPolicy's variables."""
+    variables = {
+        "requiredScheduler": literal(config["scheduler_name"]),
+        "unrouted": "!has(object.spec.schedulerName)"
+        f" || object.spec.schedulerName in ['', {literal(DEFAULT_SCHEDULER)}]",
+        "onStackScheduler": "variables.unrouted"
+        " || object.spec.schedulerName == variables.requiredScheduler",
+    }
+    if toleration is not None:
+        variables["tolerated"] = (
+            "has(object.spec.tolerations)"
+            f" && object.spec.tolerations.exists(t, {tolerates(toleration)})"
+        )
+    return variables
+
+
+def routing_mutations(toleration: Mapping[str, str] | None) -> list[str]:
+    """JSON patch expressions: the scheduler for an unrouted GPU pod, then the pool's
+    toleration for a GPU pod headed to the stack's scheduler that has none covering it.
+
+    Both hold for the routed pod as for the original, so a reinvocation changes nothing.
+    """
+    mutations = [
+        "variables.unrouted ? [JSONPatch{op: 'add', path: '/spec/schedulerName',"
+        " value: variables.requiredScheduler}] : []"
+    ]
+    if toleration is not None:
+        fields = ", ".join(
+            f"{field}: {literal(toleration[field])}"
+            for field in ("key", "operator", "value", "effect")
+            if field in toleration
+        )
+        item = f"Object.spec.tolerations{{{fields}}}"
+        mutations.append(
+            "!variables.onStackScheduler || variables.tolerated ? []"
+            " : has(object.spec.tolerations)"
+            f" ? [JSONPatch{{op: 'add', path: '/spec/tolerations/-', value: {item}}}]"
+            f" : [JSONPatch{{op: 'add', path: '/spec/tolerations', value: [{item}]}}]"
+        )
+    return mutations
