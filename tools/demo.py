@@ -12,7 +12,8 @@
 4. Runs what a user runs: GPU pods with only their GPU limit and the scheduler name, bound
    by the stack's own scheduler (a kube-scheduler process started from the applied
    ConfigMap with the token of the stack's ServiceAccount); a GPU pod without the scheduler
-   name, refused by the applied gate; a CPU pod, kept off the GPU nodes.
+   name, routed to that scheduler (or refused, with a reject-only admission engine); one
+   naming another scheduler, refused by the applied gate; a CPU pod, kept off the GPU nodes.
 5. Shows the dashboard ConfigMap and the PrometheusRule, destroys the stack and checks the
    nodes are as before and no object of the stack is left.
 
@@ -97,6 +98,17 @@ def scheduled_by(core: Any, ns: str, name: str) -> str:
     return ", ".join(sorted({e.reporting_component or "" for e in events})) or "?"
 
 
+def admitted(core: Any, ns: str, manifest: dict[str, Any]) -> bool:
+    """Create the pod; print the gate's refusal and return False when it refuses."""
+    try:
+        core.create_namespaced_pod(ns, manifest)
+        return True
+    except ApiException as exc:
+        message = yaml.safe_load(exc.body or "{}").get("message", exc.reason)
+        print(f"  refused, HTTP {exc.status}: {message}")
+        return False
+
+
 def workloads(applied: AppliedStack) -> None:
     core: Any = client.CoreV1Api(applied.api_client())
     scheduler = applied.outputs["schedulerName"]
@@ -115,12 +127,17 @@ def workloads(applied: AppliedStack) -> None:
         )
 
     step("a GPU pod without the scheduler name")
-    try:
-        core.create_namespaced_pod(ns, pod("stray", {GPU: "1"}))
+    if admitted(core, ns, pod("stray", {GPU: "1"})):
+        stray = wait_running(core, ns, ["stray"])["stray"]
+        print(
+            f"  routed at admission: schedulerName {stray.spec.scheduler_name}, "
+            f"{stray.status.phase} on {stray.spec.node_name}, bound by "
+            f"{scheduled_by(core, ns, 'stray')}"
+        )
+
+    step("a GPU pod naming another scheduler")
+    if admitted(core, ns, pod("elsewhere", {GPU: "1"}, "team-scheduler")):
         print("  ADMITTED (the gate did not refuse it)")
-    except ApiException as exc:
-        message = yaml.safe_load(exc.body or "{}").get("message", exc.reason)
-        print(f"  refused, HTTP {exc.status}: {message}")
 
     step("a CPU pod")
     core.create_namespaced_pod(ns, pod("web", {"cpu": "100m"}))
