@@ -1,7 +1,7 @@
 """gpu-cluster: turn an existing kubeadm Kubernetes cluster into a GPU platform.
 
 Layers, in the order they are built:
-  1. ExtendedResourceNode  - advertise extended resources in node status (JSON patch).
+  1. ExtendedResourceNodes - advertise extended resources in node status (JSON patch).
   2. TaintedGpuPool        - taint and label the GPU nodes, keeping Kubernetes' own taints.
   3. ControlPlaneFeatures  - admission plugins and feature gates over SSH, one host at a time.
   4. GpuOperator           - NVIDIA GPU Operator Helm release, tolerating the pool's taint.
@@ -19,8 +19,8 @@ from components import (
     BinpackSchedulerArgs,
     ClusterAccess,
     ControlPlaneFeatures,
-    ExtendedResourceNode,
-    ExtendedResourceNodeArgs,
+    ExtendedResourceNodes,
+    ExtendedResourceNodesArgs,
     GpuOperator,
     GpuOperatorArgs,
     MonitoringStack,
@@ -38,13 +38,10 @@ for warning in config.warnings:
 
 access = ClusterAccess.create("cluster", config.kubernetes.kubeconfig, config.kubernetes.context)
 
-extended_nodes = {
-    node: ExtendedResourceNode(
-        f"extended-{node}",
-        ExtendedResourceNodeArgs(node=node, resources=resources, access=access),
-    )
-    for node, resources in config.extended_resources.items()
-}
+extended = ExtendedResourceNodes(
+    "extended-resources",
+    ExtendedResourceNodesArgs(nodes=config.extended_resources, access=access),
+)
 
 # Before the taint: ExtendedResourceToleration gives pods that request a tainted node's GPU or
 # extended resource the matching toleration at admission, so it must be on before the nodes are
@@ -77,8 +74,8 @@ scheduler = BinpackScheduler(
 )
 
 # Advertised extended resources are named by the layer that advertises them.
-advertised_names = pulumi.Output.all(*(n.resources for n in extended_nodes.values())).apply(
-    lambda maps: sorted({name for counts in maps for name in counts})
+advertised_names = extended.resources.apply(
+    lambda nodes: sorted({name for counts in nodes.values() for name in counts})
 )
 gate = OpaGate(
     "gpu-gate",
@@ -109,7 +106,7 @@ pulumi.export("schedulerName", scheduler.scheduler_name)
 pulumi.export("schedulerConfig", scheduler.config_yaml)
 pulumi.export("admissionEngine", gate.engine)
 pulumi.export("admissionPolicy", gate.policy_name)
-pulumi.export("advertisedResources", {node: n.resources for node, n in extended_nodes.items()})
+pulumi.export("advertisedResources", extended.resources)
 if control_plane is not None:
     pulumi.export("controlPlaneHosts", control_plane.hosts)
     pulumi.export("admissionPlugins", control_plane.admission_plugins)

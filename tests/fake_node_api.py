@@ -46,6 +46,8 @@ class FakeNodeApi:
     def __init__(self, nodes: dict[str, dict[str, Any]] | None = None) -> None:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.writes = 0
+        self.reads = 0
+        self.lists = 0
         self.before_write: Callable[[str], None] | None = None
         """Called before each write: lets a test slip in a concurrent change."""
         for name, node in (nodes or {}).items():
@@ -69,7 +71,12 @@ class FakeNodeApi:
         meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
 
     def get_node(self, name: str) -> dict[str, Any]:
+        self.reads += 1
         return copy.deepcopy(self._node(name))
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        self.lists += 1
+        return [copy.deepcopy(node) for node in self.nodes.values()]
 
     def edit(self, name: str, fn: Callable[[dict[str, Any]], None]) -> None:
         """A write by someone else (kubectl, the kubelet, a controller)."""
