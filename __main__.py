@@ -52,10 +52,12 @@ if config.control_plane.enabled:
         "control-plane", config.control_plane_args(access, pulumi.get_stack())
     )
 
+# After the extended resources too: both layers write the same Node objects, and one after the
+# other neither layer's writes conflict with the other's.
 gpu_pool = TaintedGpuPool(
     "gpu-pool",
     TaintedGpuPoolArgs.from_settings(config.gpu_pool, access=access),
-    pulumi.ResourceOptions(depends_on=[control_plane] if control_plane else []),
+    pulumi.ResourceOptions(depends_on=[extended, *([control_plane] if control_plane else [])]),
 )
 
 # After the pool: its operands tolerate the pool's taint, taken from the pool's output.

@@ -74,12 +74,14 @@ def program(nodes: Sequence[str]) -> Callable[[], None]:
         access = ClusterAccess(
             provider=cast(Any, None), kubeconfig=pulumi.Output.secret(""), context=None
         )
-        ExtendedResourceNodes(
+        extended = ExtendedResourceNodes(
             "extended-resources",
             ExtendedResourceNodesArgs(access=access, nodes=dict.fromkeys(nodes, EXTENDED)),
         )
         TaintedGpuPool(
-            "gpu-pool", TaintedGpuPoolArgs(access=access, nodes=nodes, taint=TAINT, labels={})
+            "gpu-pool",
+            TaintedGpuPoolArgs(access=access, nodes=nodes, taint=TAINT, labels={}),
+            pulumi.ResourceOptions(depends_on=[extended]),  # as in __main__.py
         )
 
     return run

@@ -87,7 +87,7 @@ class TaintedGpuPoolArgs(TaintedGpuPoolSettings):
     """Inputs of TaintedGpuPool: its settings plus the cluster access."""
 
     access: Annotated[ClusterAccess, Runtime()]
-    """Cluster credentials and provider."""
+    """Cluster access (the node providers read the credentials from the stack config)."""
 
 
 class TaintedGpuPool(pulumi.ComponentResource):

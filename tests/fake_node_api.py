@@ -2,7 +2,8 @@
 
 A fake, not the real thing: it exists so the providers' create/read/update/diff/delete logic
 runs in milliseconds without a cluster. It follows the API server's rules that matter here:
-JSON patch (add/remove/test, with `~1` escapes) on the status subresource, JSON merge patch
+JSON patch (add/remove/test, with `~1` escapes) on the status subresource (status and
+metadata; a `replace` of metadata.resourceVersion is a precondition answered by 409), JSON merge patch
 with a metadata.resourceVersion precondition answered by 409 Conflict, a resourceVersion
 bumped on every write, and 404 for an unknown node. tests/integration runs the same provider
 code against a real kube-apiserver.
@@ -90,8 +91,15 @@ class FakeNodeApi:
         node = copy.deepcopy(self._node(name))
         for op in ops:
             parts = [_unescape(p) for p in op["path"].split("/")[1:]]
-            if parts[0] != "status":
-                raise NodeApiError("the status subresource only accepts /status paths")
+            if parts == ["metadata", "resourceVersion"] and op["op"] == "replace":
+                if op["value"] != node["metadata"]["resourceVersion"]:
+                    raise Conflict(
+                        f"node {name!r} changed on API server {SERVER} while updating it"
+                    )
+                continue
+            # The node status strategy resets spec; metadata written with the status is kept.
+            if parts[0] not in ("status", "metadata") or parts[:2] == ["metadata", "name"]:
+                raise NodeApiError("the fake takes /status and /metadata paths on node status")
             parent = node
             for part in parts[:-1]:
                 parent = parent.setdefault(part, {})

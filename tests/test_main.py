@@ -140,3 +140,11 @@ def test_main_engines_and_failure_policy_differ_per_stack() -> None:
         "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration"
     )
     assert webhook.inputs["webhooks"][0]["failurePolicy"] == "Fail"
+
+
+def test_main_pool_waits_for_the_extended_resources_layer() -> None:
+    """Both layers write the same Node objects: one after the other, their writes never conflict."""
+    recording = run_program("dev")
+    (advertised,) = recording.of_type("pulumi-python:dynamic/gpu-cluster:AdvertisedResources")
+    pool = recording.named("gpu-pool")
+    assert advertised.urn in pool.dependencies

@@ -44,7 +44,8 @@ def test_advertised_resources_create_sets_capacity_and_allocatable_on_every_node
     assert _status(api, "w-1") == {"cpu": "8", "memory": "32Gi", DONGLE: "4", FPGA: "1"}
     assert _status(api, "w-1", "allocatable") == {DONGLE: "4", FPGA: "1"}
     assert _status(api, "w-2", "allocatable") == {DONGLE: "2"}
-    assert outs["applied"]["w-2"]["live"] == {DONGLE: 2} and outs["failed"] == {}
+    assert outs["applied"]["w-2"]["spec"] == {DONGLE: 2} and outs["failed"] == {}
+    assert api.writes == 2  # one write per node: the counts and their ownership records
 
 
 def test_advertised_resources_rerun_changes_nothing_and_writes_nothing() -> None:
@@ -152,3 +153,18 @@ def test_advertised_resources_delete_of_vanished_nodes_is_done() -> None:
     provider.delete("id", outs)
     with pytest.raises(KeyError):
         api.nodes["w-1"]
+
+
+def test_advertised_resources_write_from_one_list_and_reread_only_after_a_conflict() -> None:
+    api = FakeNodeApi({f"w-{i}": {} for i in range(10)})
+    raced: list[str] = []
+
+    def kubelet_writes(node: str) -> None:
+        if node == "w-6" and not raced:
+            raced.append(node)  # a status update between our LIST and our patch
+            api.edit(node, lambda n: n["status"]["capacity"].update(pods="110"))
+
+    api.before_write = kubelet_writes
+    outs = _outs(_make_provider(api).create(_props({n: {DONGLE: 1} for n in api.nodes})))
+    assert outs["failed"] == {} and (api.lists, api.reads) == (1, 1)
+    assert _status(api, "w-6") == {"cpu": "8", "memory": "32Gi", "pods": "110", DONGLE: "1"}

@@ -1,9 +1,10 @@
 """Dynamic provider: the extended resources advertised on every node of the layer, as one resource.
 
-Per node: a merge patch records on the node who advertises each resource and what was
-advertised before (an ownership annotation per resource), then one JSON patch of the status
-subresource sets `status.capacity[<resource>]` and `status.allocatable[<resource>]` (`/` in
-the name escaped as `~1`). Destroy puts back what was advertised before, or removes the keys;
+Per node, one JSON patch of the status subresource (with a resourceVersion precondition,
+retried on conflict) sets `status.capacity[<resource>]` and `status.allocatable[<resource>]`
+(`/` in the name escaped as `~1`) and, in the same write, records on the node who advertises
+each resource and what was advertised before (an ownership annotation per resource; the node
+status endpoint keeps metadata, and the provider checks the records came back). Destroy puts back what was advertised before, or removes the keys;
 `pulumi refresh` notices a count the kubelet dropped on re-registration, and the next `up`
 puts it back. The set mechanics are components/providers/node_set.py's.
 
@@ -22,13 +23,15 @@ from pulumi.dynamic import Resource
 from components.providers.extended_resource import STATUS_FIELDS, live_quantity
 from components.providers.node_api import (
     NodeApi,
+    NodeApiError,
     NodeNotFound,
+    annotation_ops,
     json_pointer_escape,
     owned_by_another,
     ownership,
     ownership_key,
+    patch_status_guarded,
     stack_identity,
-    update_node,
 )
 from components.providers.node_set import SET_MARK, NodeSetProvider, taken_over
 
@@ -88,11 +91,11 @@ class AdvertisedResourcesProvider(NodeSetProvider):
         owner, node = props["owner"], str(live["metadata"]["name"])
         dropped = sorted(set((record or {}).get("spec") or {}) - set(spec))
 
-        def claim(live: Mapping[str, Any]) -> dict[str, Any] | None:
-            # Record on the node, before the status changes, that this stack advertises each
-            # resource and what was advertised before it (kept from an earlier run of ours).
+        def ops_for(live: Mapping[str, Any]) -> list[dict[str, Any]]:
+            # The record of who advertises each resource and what was advertised before (kept
+            # from an earlier run of ours) goes in the same write as the counts.
             status = live.get("status") or {}
-            notes: dict[str, Any] = {}
+            notes: dict[str, str | None] = {}
             for resource, found in self._records(live, sorted(spec)).items():
                 owned_by_another(found, owner, f"extended resource {resource}", node)
                 if taken_over(found):
@@ -102,22 +105,19 @@ class AdvertisedResourcesProvider(NodeSetProvider):
                 }
                 note = {"owner": owner, "previous": previous, **SET_MARK}
                 notes[capacity_ownership_key(resource)] = json.dumps(note, sort_keys=True)
-            return {"metadata": {"annotations": notes}} if notes else None
+            restore = self._ours(live, dropped, owner)
+            notes.update({capacity_ownership_key(r): None for r in restore})
+            return annotation_ops(live, notes) + _status_ops(live, spec, restore)
 
-        live = update_node(api, node, claim, first=live)
-        restore = self._ours(live, dropped, owner)
-        ops = _status_ops(live, spec, restore)
-        if ops:
-            live = api.patch_status(node, ops)
-        if restore:
-            live = self._forget(api, live, list(restore))
-        return {
-            "previous": {
-                r: (rec or {}).get("previous")
-                for r, rec in self._records(live, sorted(spec)).items()
-            },
-            "live": dict(spec),
-        }
+        live = patch_status_guarded(api, node, ops_for, first=live)
+        records = self._records(live, sorted(spec))
+        if any(found is None for found in records.values()):
+            # Never advertise without the record destroy needs to undo it exactly.
+            raise NodeApiError(
+                f"API server {api.server} did not keep the ownership annotations written with "
+                f"the status of node {node!r}"
+            )
+        return {"previous": {r: (found or {}).get("previous") for r, found in records.items()}}
 
     def _ours(
         self, live: Mapping[str, Any], resources: list[str], owner: str
@@ -129,16 +129,6 @@ class AdvertisedResourcesProvider(NodeSetProvider):
             if found is not None and found.get("owner") == owner
         }
 
-    def _forget(self, api: NodeApi, live: dict[str, Any], resources: list[str]) -> dict[str, Any]:
-        """Drop this stack's records of `resources` from the node (after their status)."""
-        annotations: dict[str, Any] = {capacity_ownership_key(r): None for r in resources}
-        return update_node(
-            api,
-            live["metadata"]["name"],
-            lambda _live: {"metadata": {"annotations": annotations}},
-            first=live,
-        )
-
     def release(
         self,
         api: NodeApi,
@@ -146,13 +136,16 @@ class AdvertisedResourcesProvider(NodeSetProvider):
         record: Mapping[str, Any],
         props: Mapping[str, Any],
     ) -> None:
+        resources = sorted(record.get("spec") or {})
+
+        def ops_for(live: Mapping[str, Any]) -> list[dict[str, Any]]:
+            # What was advertised before comes back, and the records go, in one write.
+            restore = self._ours(live, resources, props["owner"])
+            forget = {capacity_ownership_key(r): None for r in restore}
+            return annotation_ops(live, forget) + _status_ops(live, {}, restore)
+
         try:
-            restore = self._ours(live, sorted(record.get("spec") or {}), props["owner"])
-            ops = _status_ops(live, {}, restore)
-            if ops:
-                live = api.patch_status(live["metadata"]["name"], ops)
-            if restore:
-                self._forget(api, live, list(restore))
+            patch_status_guarded(api, live["metadata"]["name"], ops_for, first=live)
         except NodeNotFound:
             return  # deleted meanwhile: nothing left to undo
 

@@ -299,6 +299,63 @@ def update_node(
     )
 
 
+def patch_status_guarded(
+    api: NodeApi,
+    name: str,
+    ops_for: Callable[[Mapping[str, Any]], list[dict[str, Any]]],
+    *,
+    first: dict[str, Any] | None = None,
+    attempts: int = 8,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """Read-modify-write through the status subresource, retried when someone else wrote.
+
+    `ops_for` gets the live node and returns JSON patch ops (status, metadata.annotations), or
+    [] when nothing needs to change. They are sent after a `replace` of metadata.resourceVersion
+    with the version read, so the API server answers 409 if the node moved on; the loop then
+    re-reads it. `first` is the node as just read (e.g. from a LIST).
+
+    # Ref: https://github.com/kubernetes/kubernetes/blob/master/pkg/registry/core/node/strategy.go
+    (the node status strategy resets only spec: metadata written with the status is kept)
+    """
+    for attempt in range(attempts):
+        live = first if attempt == 0 and first is not None else api.get_node(name)
+        ops = ops_for(live)
+        if not ops:
+            return live
+        version = live.get("metadata", {}).get("resourceVersion")
+        guard = {"op": "replace", "path": "/metadata/resourceVersion", "value": version}
+        try:
+            return api.patch_status(name, [guard, *ops])
+        except Conflict:
+            if attempt == attempts - 1:
+                raise
+            sleep(_backoff(attempt))
+    raise AssertionError("unreachable")
+
+
+def annotation_ops(
+    node: Mapping[str, Any], changes: Mapping[str, str | None]
+) -> list[dict[str, Any]]:
+    """JSON patch ops setting (a value) or removing (None) these annotations of `node`."""
+    current = (node.get("metadata") or {}).get("annotations")
+    if current is None:
+        added = {k: v for k, v in changes.items() if v is not None}
+        return [{"op": "add", "path": "/metadata/annotations", "value": added}] if added else []
+    ops: list[dict[str, Any]] = []
+    for key, value in changes.items():
+        path = f"/metadata/annotations/{json_pointer_escape(key)}"
+        if value is not None:
+            ops.append({"op": "add", "path": path, "value": value})
+        elif key in current:
+            ops.append({"op": "remove", "path": path})
+    return ops
+
+
+def _backoff(attempt: int) -> float:
+    return min(2.0, 0.05 * 2**attempt) * (0.5 + random.random())
+
+
 def read_modify_write(
     read: Callable[[], dict[str, Any]],
     write: Callable[[dict[str, Any]], dict[str, Any]],
@@ -327,7 +384,7 @@ def read_modify_write(
         except Conflict:
             if attempt == attempts - 1:
                 raise
-            sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+            sleep(_backoff(attempt))
     raise AssertionError("unreachable")
 
 

@@ -116,6 +116,7 @@ def node_layers_program(config: StackConfig) -> auto.PulumiFn:
         pool = TaintedGpuPool(
             "gpu-pool",
             TaintedGpuPoolArgs.from_settings(config.gpu_pool, access=access),
+            pulumi.ResourceOptions(depends_on=[extended]),  # as in __main__.py
         )
         pulumi.export("gpuNodes", pool.nodes)
         pulumi.export("gpuTaint", pool.taint)
