@@ -1,7 +1,7 @@
 """gpu-cluster: turn an existing kubeadm Kubernetes cluster into a GPU platform.
 
 Layers, in the order they are built:
-  1. ExtendedResourceNode  - advertise extended resources in node status (JSON patch).
+  1. ExtendedResourceNodes - advertise extended resources in node status (JSON patch).
   2. TaintedGpuPool        - taint and label the GPU nodes, keeping Kubernetes' own taints.
   3. ControlPlaneFeatures  - admission plugins and feature gates over SSH, one host at a time.
   4. GpuOperator           - NVIDIA GPU Operator Helm release, tolerating the pool's taint.
@@ -19,8 +19,8 @@ from components import (
     BinpackSchedulerArgs,
     ClusterAccess,
     ControlPlaneFeatures,
-    ExtendedResourceNode,
-    ExtendedResourceNodeArgs,
+    ExtendedResourceNodes,
+    ExtendedResourceNodesArgs,
     GpuOperator,
     GpuOperatorArgs,
     MonitoringStack,
@@ -47,13 +47,10 @@ if skew_warning:
 
 access = ClusterAccess.create("cluster", config.kubernetes.kubeconfig, config.kubernetes.context)
 
-extended_nodes = {
-    node: ExtendedResourceNode(
-        f"extended-{node}",
-        ExtendedResourceNodeArgs(node=node, resources=resources, access=access),
-    )
-    for node, resources in config.extended_resources.items()
-}
+extended = ExtendedResourceNodes(
+    "extended-resources",
+    ExtendedResourceNodesArgs(nodes=config.extended_resources, access=access),
+)
 
 # Before the taint: ExtendedResourceToleration gives pods that request a tainted node's GPU or
 # extended resource the matching toleration at admission, so it must be on before the nodes are
@@ -64,10 +61,12 @@ if config.control_plane.enabled:
         "control-plane", config.control_plane_args(access, pulumi.get_stack())
     )
 
+# After the extended resources too: both layers write the same Node objects, and one after the
+# other neither layer's writes conflict with the other's.
 gpu_pool = TaintedGpuPool(
     "gpu-pool",
     TaintedGpuPoolArgs.from_settings(config.gpu_pool, access=access),
-    pulumi.ResourceOptions(depends_on=[control_plane] if control_plane else []),
+    pulumi.ResourceOptions(depends_on=[extended, *([control_plane] if control_plane else [])]),
 )
 
 # After the pool: its operands tolerate the pool's taint, taken from the pool's output.
@@ -93,8 +92,8 @@ scheduler = BinpackScheduler(
 )
 
 # Advertised extended resources are named by the layer that advertises them.
-advertised_names = pulumi.Output.all(*(n.resources for n in extended_nodes.values())).apply(
-    lambda maps: sorted({name for counts in maps for name in counts})
+advertised_names = extended.resources.apply(
+    lambda nodes: sorted({name for counts in nodes.values() for name in counts})
 )
 gate = OpaGate(
     "gpu-gate",
@@ -131,7 +130,7 @@ pulumi.export("schedulerName", scheduler.scheduler_name)
 pulumi.export("schedulerConfig", scheduler.config_yaml)
 pulumi.export("admissionEngine", gate.engine)
 pulumi.export("admissionPolicy", gate.policy_name)
-pulumi.export("advertisedResources", {node: n.resources for node, n in extended_nodes.items()})
+pulumi.export("advertisedResources", extended.resources)
 if control_plane is not None:
     pulumi.export("controlPlaneHosts", control_plane.hosts)
     pulumi.export("admissionPlugins", control_plane.admission_plugins)

@@ -229,7 +229,7 @@ class StackConfig(Settings):
     """The GPU nodes, their taint and labels (TaintedGpuPool)."""
     extended_resources: ExtendedResourcesSettings = Field(default_factory=dict)
     """Extended resources to advertise, per node: {node-name: {domain/resource: count}},
-    e.g. {worker-2: {example.com/dongle: 4}} (ExtendedResourceNode)."""
+    e.g. {worker-2: {example.com/dongle: 4}} (ExtendedResourceNodes)."""
     scheduler: BinpackSchedulerSettings = Field(default_factory=BinpackSchedulerSettings)
     """The second kube-scheduler that bin-packs GPU pods (BinpackScheduler)."""
     admission: OpaGateSettings = Field(default_factory=OpaGateSettings)

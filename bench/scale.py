@@ -4,7 +4,8 @@ For each N (GPU nodes in the inventory), a fresh local control plane (etcd + kub
 gets N GPU nodes registered as a kubelet registers them (status capacity; no heartbeats, so
 the API server's load is the program's alone on this small machine). Then, with the real
 Pulumi CLI (tools/build-pulumi.sh) and the stack's own node layers (TaintedGpuPool's taint
-and ExtendedResourceNode's advertised resource on every node, both dynamic providers):
+and ExtendedResourceNodes' advertised resource on every node: one node-set dynamic resource
+per layer):
 
 - `up`, a second `up` (no-op), `refresh`, `destroy`: wall time and the peak RSS of the CLI
   and its children (the program and the provider process), and the state file's size;
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -44,8 +46,8 @@ from kubernetes import client  # noqa: E402
 
 from components import (  # noqa: E402
     ClusterAccess,
-    ExtendedResourceNode,
-    ExtendedResourceNodeArgs,
+    ExtendedResourceNodes,
+    ExtendedResourceNodesArgs,
     TaintedGpuPool,
     TaintedGpuPoolArgs,
 )
@@ -72,13 +74,14 @@ def program(nodes: Sequence[str]) -> Callable[[], None]:
         access = ClusterAccess(
             provider=cast(Any, None), kubeconfig=pulumi.Output.secret(""), context=None
         )
-        for node in nodes:
-            ExtendedResourceNode(
-                f"extended-{node}",
-                ExtendedResourceNodeArgs(access=access, node=node, resources=EXTENDED),
-            )
+        extended = ExtendedResourceNodes(
+            "extended-resources",
+            ExtendedResourceNodesArgs(access=access, nodes=dict.fromkeys(nodes, EXTENDED)),
+        )
         TaintedGpuPool(
-            "gpu-pool", TaintedGpuPoolArgs(access=access, nodes=nodes, taint=TAINT, labels={})
+            "gpu-pool",
+            TaintedGpuPoolArgs(access=access, nodes=nodes, taint=TAINT, labels={}),
+            pulumi.ResourceOptions(depends_on=[extended]),  # as in __main__.py
         )
 
     return run
@@ -93,6 +96,8 @@ class Row:
     ratio: float | None
     peak_rss_mib: float | None
     state_kib: float | None
+    load: float | None = None
+    """The machine's 1-minute load average at the end of the step (2 cores here)."""
 
 
 def _children_peak_mib() -> float:
@@ -183,9 +188,11 @@ def measure(
                     ratio and round(ratio, 2),
                     round(_children_peak_mib(), 1),
                     round(_state_kib(Path(tmp)), 1),
+                    round(os.getloadavg()[0], 1),
                 )
             )
-            log(f"N={n}: {step} {seconds:.1f} s" + (f" ({ratio:.1f}x floor)" if ratio else ""))
+            shown = f" ({ratio:.1f}x floor)" if ratio else ""
+            log(f"N={n}: {step} {seconds:.1f} s{shown}, load {os.getloadavg()[0]:.1f}")
             return result
 
         timed("up", lambda: stack.up(on_output=lines.append, **options), floor_up)
@@ -200,7 +207,7 @@ def measure(
 
 def print_table(rows: Sequence[Row]) -> None:
     header = f"{'nodes':>6} {'step':<11} {'seconds':>8} {'floor s':>8} {'ratio':>6} "
-    header += f"{'peak MiB':>9} {'state KiB':>10}"
+    header += f"{'peak MiB':>9} {'state KiB':>10} {'load':>5}"
     print(header)
     for r in rows:
 
@@ -209,7 +216,7 @@ def print_table(rows: Sequence[Row]) -> None:
 
         print(
             f"{r.nodes:>6} {r.step:<11} {r.seconds:>8} {fmt(r.floor_seconds, 8)} "
-            f"{fmt(r.ratio, 6)} {fmt(r.peak_rss_mib, 9)} {fmt(r.state_kib, 10)}"
+            f"{fmt(r.ratio, 6)} {fmt(r.peak_rss_mib, 9)} {fmt(r.state_kib, 10)} {fmt(r.load, 5)}"
         )
 
 

@@ -1,9 +1,11 @@
-"""ExtendedResourceNode: advertise extended resources (e.g. example.com/dongle: 4) on one node.
+"""ExtendedResourceNodes: advertise extended resources (e.g. example.com/dongle: 4) on nodes.
 
-One dynamic resource per (node, resource) (components/providers/extended_resource.py): a JSON
-patch of the node's status (`/` in the resource name escaped as `~1`), read back by `pulumi
-refresh`, removed exactly by destroy. A missing node or refused credentials fail with a message
-naming the node and the API server.
+One dynamic resource for the whole layer (components/providers/advertised_resources.py): per
+node, a JSON patch of its status (`/` in the resource name escaped as `~1`), read back by
+`pulumi refresh`, and destroy puts back what was advertised before. The engine sees one
+resource however many nodes there are; the provider diffs and patches per node, and the
+component fails the run naming every node that could not be changed (a missing node, refused
+credentials, another stack's resource) while the others are done.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ import pulumi
 from pydantic import AfterValidator
 
 from components.cluster_access import ClusterAccess
-from components.providers.extended_resource import ExtendedResource
+from components.providers.advertised_resources import AdvertisedResources
+from components.providers.node_set import failure_message
 from components.settings import (
     DEVICE_PLUGIN_DOMAINS,
-    NODE_NAME,
     NodeRef,
     Rule,
     Runtime,
@@ -28,7 +30,7 @@ from components.settings import (
     problem,
 )
 
-TOKEN = "gpu-cluster:index:ExtendedResourceNode"
+TOKEN = "gpu-cluster:index:ExtendedResourceNodes"
 
 
 def extended_resource_name_problem(name: str) -> str | None:
@@ -85,43 +87,46 @@ ExtendedResourcesSettings = dict[Annotated[str, NodeRef()], Resources]
 """The stack config's extendedResources: {node name: {extended resource name: count}}."""
 
 
-class ExtendedResourceNodeArgs(Settings):
-    """Inputs of ExtendedResourceNode: one node's entry of extendedResources, plus the access."""
+class ExtendedResourceNodesArgs(Settings):
+    """Inputs of ExtendedResourceNodes: the stack config's extendedResources, plus the access."""
 
-    node: Annotated[str, NODE_NAME]
-    """Node name."""
-    resources: Resources
-    """{extended resource name: count} to advertise in status.capacity."""
+    nodes: ExtendedResourcesSettings
+    """{node name: {extended resource name: count}} to advertise in status.capacity."""
     access: Annotated[ClusterAccess, Runtime()]
-    """Cluster credentials (the kubeconfig reaches the provider as a secret)."""
+    """Cluster access (the node providers read the credentials from the stack config)."""
 
 
-class ExtendedResourceNode(pulumi.ComponentResource):
-    """Patches a node's status so the scheduler sees extra countable resources."""
+class ExtendedResourceNodes(pulumi.ComponentResource):
+    """Patches the nodes' status so the scheduler sees extra countable resources."""
 
-    node: pulumi.Output[str]
-    """The node name."""
-    resources: pulumi.Output[dict[str, Any]]
-    """{resource: live advertised count} as last read from the node."""
+    nodes: pulumi.Output[list[str]]
+    """The nodes with advertised resources."""
+    resources: pulumi.Output[dict[str, dict[str, Any]]]
+    """{node: {resource: live advertised count}} as last read from the nodes."""
 
     def __init__(
-        self, name: str, args: ExtendedResourceNodeArgs, opts: pulumi.ResourceOptions | None = None
+        self, name: str, args: ExtendedResourceNodesArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__(TOKEN, name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
-        advertised = {
-            resource: ExtendedResource(
-                f"{name}-{resource.replace('/', '-')}",
-                node=args.node,
-                resource=resource,
-                quantity=count,
-                opts=child,
-            )
-            for resource, count in sorted(args.resources.items())
-        }
-        names = list(advertised)
-        self.node = pulumi.Output.from_input(args.node)
-        self.resources = pulumi.Output.all(*(r.quantity for r in advertised.values())).apply(
-            lambda counts: dict(zip(names, counts, strict=True))
+        wanted = {node: dict(sorted(counts.items())) for node, counts in sorted(args.nodes.items())}
+        advertised = AdvertisedResources(
+            f"{name}-nodes", nodes=wanted, opts=pulumi.ResourceOptions(parent=self)
         )
-        self.register_outputs({"node": self.node, "resources": self.resources})
+        self.nodes = pulumi.Output.from_input(list(wanted))
+        self.resources = pulumi.Output.all(advertised.applied, advertised.failed).apply(
+            lambda state: _live_counts(state[0], state[1], wanted)
+        )
+        self.register_outputs({"nodes": self.nodes, "resources": self.resources})
+
+
+def _live_counts(
+    applied: dict[str, Any] | None, failed: dict[str, str] | None, wanted: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """{node: {resource: count}}: the live counts the provider last saw (the wanted ones
+    when it reports none, as under mocks); every node failed is named in one error."""
+    if failed:
+        raise pulumi.RunError(failure_message("advertise extended resources", failed, len(wanted)))
+    return {
+        node: dict(((applied or {}).get(node) or {}).get("live") or counts)
+        for node, counts in wanted.items()
+    }

@@ -1,23 +1,25 @@
 """TaintedGpuPool: taint and label the GPU nodes so only GPU pods land there.
 
-One dynamic resource per (node, taint) (components/providers/node_taint.py) edits only its own
-entry of spec.taints, so the taints Kubernetes manages stay, and a taint that was there before
-is put back by destroy. Labels are a map, so a NodePatch applies them server-side and owns just
-those keys. The nodes, the taint, its toleration and the labels are outputs: later layers take
-them from here, never from config.
+One dynamic resource for the whole pool (components/providers/pool_nodes.py): per node it
+edits only its own entry of spec.taints, so the taints Kubernetes manages stay, sets the
+labels, and records on the node what each replaced, so destroy puts back what was there. The
+engine sees one resource however many nodes the pool has; the provider diffs and patches per
+node, and the component fails the run naming every node that could not be changed while the
+others are done. The nodes, the taint, its toleration and the labels are outputs: later layers
+take them from here, never from config.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Literal, get_args
 
 import pulumi
-import pulumi_kubernetes as k8s
 from pydantic import Field
 
 from components.cluster_access import ClusterAccess
-from components.providers.node_taint import NodeTaint
+from components.providers.node_set import failure_message
+from components.providers.pool_nodes import GpuPoolNodes
 from components.settings import (
     LABEL_KEY,
     LABEL_VALUE,
@@ -78,14 +80,14 @@ class TaintedGpuPoolSettings(Settings):
     labels: dict[Annotated[str, LABEL_KEY], Annotated[str, LABEL_VALUE]] = Field(
         default_factory=lambda: dict(DEFAULT_LABELS)
     )
-    """Labels put on every GPU node (server-side apply; destroy removes only these)."""
+    """Labels put on every GPU node (destroy puts back the values they replaced)."""
 
 
 class TaintedGpuPoolArgs(TaintedGpuPoolSettings):
     """Inputs of TaintedGpuPool: its settings plus the cluster access."""
 
     access: Annotated[ClusterAccess, Runtime()]
-    """Cluster credentials and provider."""
+    """Cluster access (the node providers read the credentials from the stack config)."""
 
 
 class TaintedGpuPool(pulumi.ComponentResource):
@@ -104,31 +106,19 @@ class TaintedGpuPool(pulumi.ComponentResource):
         self, name: str, args: TaintedGpuPoolArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__(TOKEN, name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
-        k8s_child = pulumi.ResourceOptions(parent=self, provider=args.access.provider)
-
-        done: list[pulumi.Output[Any]] = []
-        for node in args.nodes:
-            taint = NodeTaint(
-                f"{name}-taint-{node}",
-                node=node,
-                key=args.taint.key,
-                value=args.taint.value,
-                effect=args.taint.effect,
-                opts=child,
-            )
-            done.append(taint.id)
-            if args.labels:
-                # Labels are a map, so server-side apply owns just these keys.
-                labels = k8s.core.v1.NodePatch(
-                    f"{name}-labels-{node}",
-                    metadata=k8s.meta.v1.ObjectMetaPatchArgs(name=node, labels=dict(args.labels)),
-                    opts=k8s_child,
-                )
-                done.append(labels.id)
-
-        ready = pulumi.Output.all(*done)
-        self.nodes = ready.apply(lambda _: list(args.nodes))
+        nodes = list(args.nodes)
+        pool = GpuPoolNodes(
+            f"{name}-nodes",
+            nodes=nodes,
+            key=args.taint.key,
+            value=args.taint.value,
+            effect=args.taint.effect,
+            labels=dict(args.labels),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        # The outputs resolve only when every node is done, so later layers wait for them.
+        ready = pool.failed.apply(lambda failed: _all_done(failed, len(nodes)))
+        self.nodes = ready.apply(lambda _: nodes)
         self.taint = ready.apply(lambda _: args.taint.as_dict())
         self.toleration = ready.apply(lambda _: args.taint.toleration())
         self.labels = ready.apply(lambda _: dict(args.labels))
@@ -140,3 +130,9 @@ class TaintedGpuPool(pulumi.ComponentResource):
                 "labels": self.labels,
             }
         )
+
+
+def _all_done(failed: dict[str, str] | None, total: int) -> bool:
+    if failed:
+        raise pulumi.RunError(failure_message("GPU pool taint and labels", failed, total))
+    return True

@@ -64,17 +64,36 @@ class Recording:
         return next(r for r in self.resources if r.urn == urn)
 
 
+UNREACHABLE_PREFIX = "unreachable-"
+"""Nodes named so fail in the node-set providers' mocks, as a node the API server refuses."""
+
+
+def _node_set(nodes: Mapping[str, Any], record: Callable[[Any], Any]) -> dict[str, Any]:
+    """A node-set provider's outputs: every node applied, except the unreachable ones."""
+    failed = {
+        n: f"cannot patch node {n!r}: API server unreachable"
+        for n in nodes
+        if n.startswith(UNREACHABLE_PREFIX)
+    }
+    applied = {n: record(spec) for n, spec in nodes.items() if n not in failed}
+    return {"applied": applied, "failed": failed}
+
+
 class Mocks(pulumi.runtime.Mocks):
     """Echo inputs and add what the real providers compute (ids, status, metadata)."""
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         outputs = dict(args.inputs)
-        if args.typ == "pulumi-python:dynamic/gpu-cluster:ExtendedResource":
-            return f"{args.inputs['node']}/{args.inputs['resource']}", outputs
-        if args.typ == "pulumi-python:dynamic/gpu-cluster:NodeTaint":
-            outputs.update(present=True, previous=None)
+        if args.typ == "pulumi-python:dynamic/gpu-cluster:AdvertisedResources":
+            nodes = dict(args.inputs["nodes"])
+            outputs.update(_node_set(nodes, lambda counts: {"spec": counts, "live": counts}))
+            return "extended-resources", outputs
+        if args.typ == "pulumi-python:dynamic/gpu-cluster:GpuPoolNodes":
             inputs = args.inputs
-            return f"{inputs['node']}/{inputs['key']}:{inputs['effect']}", outputs
+            spec = {"value": inputs["value"], "labels": inputs["labels"]}
+            nodes = dict.fromkeys(inputs["nodes"], spec)
+            outputs.update(_node_set(nodes, lambda s: {"spec": s, "previous": None}))
+            return f"{inputs['key']}:{inputs['effect']}", outputs
         if args.typ == "pulumi-python:dynamic/gpu-cluster:KubeadmConfig":
             # The real check leaves out gates the API server locks; here every gate is set.
             gates = dict(args.inputs.get("feature_gates") or {})

@@ -2,7 +2,8 @@
 
 A fake, not the real thing: it exists so the providers' create/read/update/diff/delete logic
 runs in milliseconds without a cluster. It follows the API server's rules that matter here:
-JSON patch (add/remove/test, with `~1` escapes) on the status subresource, JSON merge patch
+JSON patch (add/remove/test, with `~1` escapes) on the status subresource (status and
+metadata; a `replace` of metadata.resourceVersion is a precondition answered by 409), JSON merge patch
 with a metadata.resourceVersion precondition answered by 409 Conflict, a resourceVersion
 bumped on every write, and 404 for an unknown node. tests/integration runs the same provider
 code against a real kube-apiserver.
@@ -46,6 +47,8 @@ class FakeNodeApi:
     def __init__(self, nodes: dict[str, dict[str, Any]] | None = None) -> None:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.writes = 0
+        self.reads = 0
+        self.lists = 0
         self.before_write: Callable[[str], None] | None = None
         """Called before each write: lets a test slip in a concurrent change."""
         for name, node in (nodes or {}).items():
@@ -69,7 +72,12 @@ class FakeNodeApi:
         meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
 
     def get_node(self, name: str) -> dict[str, Any]:
+        self.reads += 1
         return copy.deepcopy(self._node(name))
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        self.lists += 1
+        return [copy.deepcopy(node) for node in self.nodes.values()]
 
     def edit(self, name: str, fn: Callable[[dict[str, Any]], None]) -> None:
         """A write by someone else (kubectl, the kubelet, a controller)."""
@@ -83,8 +91,15 @@ class FakeNodeApi:
         node = copy.deepcopy(self._node(name))
         for op in ops:
             parts = [_unescape(p) for p in op["path"].split("/")[1:]]
-            if parts[0] != "status":
-                raise NodeApiError("the status subresource only accepts /status paths")
+            if parts == ["metadata", "resourceVersion"] and op["op"] == "replace":
+                if op["value"] != node["metadata"]["resourceVersion"]:
+                    raise Conflict(
+                        f"node {name!r} changed on API server {SERVER} while updating it"
+                    )
+                continue
+            # The node status strategy resets spec; metadata written with the status is kept.
+            if parts[0] not in ("status", "metadata") or parts[:2] == ["metadata", "name"]:
+                raise NodeApiError("the fake takes /status and /metadata paths on node status")
             parent = node
             for part in parts[:-1]:
                 parent = parent.setdefault(part, {})

@@ -1,56 +1,73 @@
-"""ExtendedResourceNode under Pulumi mocks."""
+"""ExtendedResourceNodes under Pulumi mocks."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from components import ClusterAccess, ExtendedResourceNode, ExtendedResourceNodeArgs
-from tests.conftest import Recording, register
+import pytest
 
-RESOURCE_TYPE = "pulumi-python:dynamic/gpu-cluster:ExtendedResource"
+from components import ClusterAccess, ExtendedResourceNodes, ExtendedResourceNodesArgs
+from tests.conftest import UNREACHABLE_PREFIX, Recording, register
+
+RESOURCE_TYPE = "pulumi-python:dynamic/gpu-cluster:AdvertisedResources"
+DONGLES = {"example.com/fpga": 1, "example.com/dongle": 4}
 captured: dict[str, Any] = {}
 
 
-def _make_node(**overrides: Any) -> Recording:
+def _make_nodes(**overrides: Any) -> Recording:
     def build() -> None:
         access = ClusterAccess.create("cluster", "apiVersion: v1\nkind: Config\n", "lab")
         args: dict[str, Any] = {
             "access": access,
-            "node": "worker-1",
-            "resources": {"example.com/dongle": 4, "example.com/fpga": 1},
+            "nodes": {"worker-2": {"example.com/nic": 2}, "worker-1": DONGLES},
             **overrides,
         }
-        node = ExtendedResourceNode("worker-1", ExtendedResourceNodeArgs(**args))
-        node.resources.apply(lambda r: captured.update(resources=r))
+        nodes = ExtendedResourceNodes("extended", ExtendedResourceNodesArgs(**args))
+        nodes.resources.apply(lambda r: captured.update(resources=r))
 
     captured.clear()
     return register(build)
 
 
-def test_extended_resource_node_declares_one_resource_per_entry() -> None:
-    recording = _make_node()
-    resources = recording.of_type(RESOURCE_TYPE)
-    assert sorted((r.name, r.inputs["resource"], r.inputs["quantity"]) for r in resources) == [
-        ("worker-1-example.com-dongle", "example.com/dongle", 4),
-        ("worker-1-example.com-fpga", "example.com/fpga", 1),
-    ]
-    assert {r.inputs["node"] for r in resources} == {"worker-1"}
+def test_extended_resource_nodes_declare_one_resource_for_every_node() -> None:
+    recording = _make_nodes()
+    (advertised,) = recording.of_type(RESOURCE_TYPE)
+    assert advertised.name == "extended-nodes"
+    assert advertised.inputs["nodes"] == {
+        "worker-1": {"example.com/dongle": 4, "example.com/fpga": 1},
+        "worker-2": {"example.com/nic": 2},
+    }
 
 
-def test_extended_resource_node_keeps_credentials_out_of_its_resources() -> None:
+def test_extended_resource_nodes_keep_credentials_out_of_their_resource() -> None:
     """The provider reads them from the stack config at run time; nothing lands in state."""
-    recording = _make_node()
-    for resource in recording.of_type(RESOURCE_TYPE):
-        assert not {"kubeconfig", "context"} & set(resource.inputs)
+    (advertised,) = _make_nodes().of_type(RESOURCE_TYPE)
+    assert not {"kubeconfig", "context"} & set(advertised.inputs)
 
 
-def test_extended_resource_node_children_are_parented_to_the_component() -> None:
-    recording = _make_node()
-    component = recording.named("worker-1")
-    assert component.typ == "gpu-cluster:index:ExtendedResourceNode"
+def test_extended_resource_nodes_child_is_parented_to_the_component() -> None:
+    recording = _make_nodes()
+    component = recording.named("extended")
+    assert component.typ == "gpu-cluster:index:ExtendedResourceNodes"
     assert all(r.parent == component.urn for r in recording.of_type(RESOURCE_TYPE))
 
 
-def test_extended_resource_node_outputs_advertised_counts() -> None:
-    _make_node()
-    assert captured["resources"] == {"example.com/dongle": 4, "example.com/fpga": 1}
+def test_extended_resource_nodes_output_advertised_counts_per_node() -> None:
+    _make_nodes()
+    assert captured["resources"] == {
+        "worker-1": {"example.com/dongle": 4, "example.com/fpga": 1},
+        "worker-2": {"example.com/nic": 2},
+    }
+
+
+def test_extended_resource_nodes_fail_naming_every_failed_node() -> None:
+    nodes = {
+        f"{UNREACHABLE_PREFIX}b": DONGLES,
+        "worker-1": DONGLES,
+        f"{UNREACHABLE_PREFIX}a": DONGLES,
+    }
+    with pytest.raises(Exception, match=r"2 of 3 nodes failed") as failure:
+        _make_nodes(nodes=nodes)
+    message = str(failure.value)
+    assert f"{UNREACHABLE_PREFIX}a: " in message and f"{UNREACHABLE_PREFIX}b: " in message
+    assert "resources" not in captured

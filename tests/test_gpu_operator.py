@@ -26,7 +26,7 @@ from components.gpu_operator import (
 from tests.conftest import Recording, Registration, register
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
-NODE_TAINT = "pulumi-python:dynamic/gpu-cluster:NodeTaint"
+POOL_NODES = "pulumi-python:dynamic/gpu-cluster:GpuPoolNodes"
 
 
 def _make_gpu_operator(taint: Taint | None = None, **overrides: Any) -> Recording:
@@ -69,9 +69,9 @@ def test_gpu_operator_tolerations_equal_the_pool_taint() -> None:
 
 def test_gpu_operator_release_waits_for_every_node_taint() -> None:
     recording = _make_gpu_operator()
-    taints = {t.urn for t in recording.of_type(NODE_TAINT)}
-    assert len(taints) == 2
-    assert taints <= set(_release(recording).dependencies)
+    (pool,) = recording.of_type(POOL_NODES)  # every node's taint, done before its outputs
+    assert len(pool.inputs["nodes"]) == 2
+    assert pool.urn in _release(recording).dependencies
 
 
 def test_gpu_operator_chart_is_pinned_by_default() -> None:

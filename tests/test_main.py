@@ -20,7 +20,7 @@ def _kubeconfig(empty_kubeconfig_env: Path) -> None:
 def test_main_docstring_names_the_layers_in_order() -> None:
     doc = (ROOT / "__main__.py").read_text().split('"""')[1]
     layers = [
-        "ExtendedResourceNode",
+        "ExtendedResourceNodes",
         "TaintedGpuPool",
         "ControlPlaneFeatures",
         "GpuOperator",
@@ -40,7 +40,7 @@ def test_main_dev_declares_one_component_per_layer() -> None:
     assert components == [
         ("gpu-cluster:index:BinpackScheduler", "binpack-scheduler"),
         ("gpu-cluster:index:ControlPlaneFeatures", "control-plane"),
-        ("gpu-cluster:index:ExtendedResourceNode", "extended-lab-worker-1"),
+        ("gpu-cluster:index:ExtendedResourceNodes", "extended-resources"),
         ("gpu-cluster:index:GpuOperator", "gpu-operator"),
         ("gpu-cluster:index:MonitoringStack", "monitoring"),
         ("gpu-cluster:index:OpaGate", "gpu-gate"),
@@ -61,23 +61,19 @@ def test_main_every_kubernetes_object_uses_the_explicit_provider() -> None:
 
 def test_main_dev_values_reach_the_dynamic_providers() -> None:
     recording = run_program("dev")
-    taints = recording.of_type("pulumi-python:dynamic/gpu-cluster:NodeTaint")
-    assert sorted(t.inputs["node"] for t in taints) == ["lab-gpu-1", "lab-gpu-2"]
-    (dongle,) = recording.of_type("pulumi-python:dynamic/gpu-cluster:ExtendedResource")
-    assert (dongle.inputs["node"], dongle.inputs["resource"], dongle.inputs["quantity"]) == (
-        "lab-worker-1",
-        "example.com/dongle",
-        4,
-    )
+    (pool,) = recording.of_type("pulumi-python:dynamic/gpu-cluster:GpuPoolNodes")
+    assert pool.inputs["nodes"] == ["lab-gpu-1", "lab-gpu-2"]
+    (advertised,) = recording.of_type("pulumi-python:dynamic/gpu-cluster:AdvertisedResources")
+    assert advertised.inputs["nodes"] == {"lab-worker-1": {"example.com/dongle": 4}}
     # Credentials are read by the providers from the stack config, never stored with them.
-    assert not {"kubeconfig", "context"} & set(dongle.inputs)
+    assert not {"kubeconfig", "context"} & (set(advertised.inputs) | set(pool.inputs))
 
 
 def test_main_prod_taints_every_gpu_node() -> None:
     recording = run_program("prod")
-    taints = recording.of_type("pulumi-python:dynamic/gpu-cluster:NodeTaint")
-    assert len(taints) == 4
-    assert {t.inputs["effect"] for t in taints} == {"NoSchedule"}
+    (pool,) = recording.of_type("pulumi-python:dynamic/gpu-cluster:GpuPoolNodes")
+    assert len(pool.inputs["nodes"]) == 4
+    assert pool.inputs["effect"] == "NoSchedule"
 
 
 def test_main_exports_gpu_nodes_taint_and_advertised_resources() -> None:
@@ -129,7 +125,7 @@ def test_main_gate_takes_scheduler_name_and_advertised_resources_from_their_laye
     assert variables["gpuResources"] == '["example.com/dongle", "nvidia.com/gpu"]'
     assert variables["gpuPrefixes"] == '["nvidia.com/mig-"]'
     scheduler = recording.named("binpack-scheduler-deployment")
-    dongle = recording.named("extended-lab-worker-1-example.com-dongle")
+    dongle = recording.named("extended-resources-nodes")
     assert {scheduler.urn, dongle.urn} <= set(policy.dependencies)
 
 
@@ -159,8 +155,8 @@ def test_main_routing_gives_gpu_pods_the_pools_toleration() -> None:
         'Object.spec.tolerations{key: "nvidia.com/gpu", operator: "Equal", value: "present",'
         ' effect: "NoSchedule"}'
     ) in tolerate
-    taints = {r.urn for r in recording.resources if r.name.startswith("gpu-pool-taint-")}
-    assert taints and taints <= set(routing.dependencies)
+    (pool_nodes,) = recording.of_type("pulumi-python:dynamic/gpu-cluster:GpuPoolNodes")
+    assert pool_nodes.urn in routing.dependencies
 
 
 def test_main_gpu_operator_settings_name_what_is_gated_weighted_and_routed() -> None:
@@ -195,3 +191,11 @@ def test_main_opa_certificate_expiry_reaches_the_monitoring_alerts() -> None:
     assert published["rules"][0]["expr"] == "vector(1858590000)"
     dev = run_program("dev")
     assert [r for r in dev.resources if r.name == "monitoring-gate-alerts"] == []
+
+
+def test_main_pool_waits_for_the_extended_resources_layer() -> None:
+    """Both layers write the same Node objects: one after the other, their writes never conflict."""
+    recording = run_program("dev")
+    (advertised,) = recording.of_type("pulumi-python:dynamic/gpu-cluster:AdvertisedResources")
+    pool = recording.named("gpu-pool")
+    assert advertised.urn in pool.dependencies

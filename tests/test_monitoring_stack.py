@@ -208,9 +208,8 @@ def test_monitoring_stack_dev_program_has_exactly_one_dcgm_service_monitor() -> 
 def test_monitoring_stack_dev_program_orders_the_operator_after_the_pool() -> None:
     recording = run_program("dev")
     operator = recording.named("gpu-operator-release")
-    taints = recording.of_type("pulumi-python:dynamic/gpu-cluster:NodeTaint")
-    assert taints
-    assert {t.urn for t in taints} <= set(operator.dependencies)
+    (pool,) = recording.of_type("pulumi-python:dynamic/gpu-cluster:GpuPoolNodes")
+    assert pool.urn in operator.dependencies
     tolerations = operator.inputs["values"]["daemonsets"]["tolerations"]
     assert tolerations == [
         {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}

@@ -1,14 +1,15 @@
-"""TaintedGpuPool under Pulumi mocks: children, values handed to the providers, outputs."""
+"""TaintedGpuPool under Pulumi mocks: one node-set resource, values handed to it, outputs."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from components import ClusterAccess, Taint, TaintedGpuPool, TaintedGpuPoolArgs
-from tests.conftest import Recording, register
+import pytest
 
-TAINT_TYPE = "pulumi-python:dynamic/gpu-cluster:NodeTaint"
-PATCH_TYPE = "kubernetes:core/v1:NodePatch"
+from components import ClusterAccess, Taint, TaintedGpuPool, TaintedGpuPoolArgs
+from tests.conftest import UNREACHABLE_PREFIX, Recording, register
+
+POOL_TYPE = "pulumi-python:dynamic/gpu-cluster:GpuPoolNodes"
 
 captured: dict[str, Any] = {}
 
@@ -21,62 +22,51 @@ def _make_pool(**overrides: Any) -> Recording:
         pool.taint.apply(lambda t: captured.update(taint=t))
         pool.nodes.apply(lambda n: captured.update(nodes=n))
         pool.toleration.apply(lambda t: captured.update(toleration=t))
+        pool.labels.apply(lambda labels: captured.update(labels=labels))
 
     captured.clear()
     return register(build)
 
 
-def test_tainted_gpu_pool_taints_each_node_with_the_default_taint() -> None:
-    recording = _make_pool()
-    taints = recording.of_type(TAINT_TYPE)
-    assert sorted((t.name, t.inputs["node"]) for t in taints) == [
-        ("pool-taint-gpu-1", "gpu-1"),
-        ("pool-taint-gpu-2", "gpu-2"),
-    ]
-    for taint in taints:
-        assert (taint.inputs["key"], taint.inputs["value"], taint.inputs["effect"]) == (
-            "nvidia.com/gpu",
-            "present",
-            "NoSchedule",
-        )
+def test_tainted_gpu_pool_is_one_resource_for_every_node_with_the_default_taint() -> None:
+    recording = _make_pool(nodes=[f"gpu-{i}" for i in range(50)])
+    (pool,) = recording.of_type(POOL_TYPE)
+    assert pool.inputs["nodes"] == [f"gpu-{i}" for i in range(50)]
+    assert (pool.inputs["key"], pool.inputs["value"], pool.inputs["effect"]) == (
+        "nvidia.com/gpu",
+        "present",
+        "NoSchedule",
+    )
+    assert [r.typ for r in recording.resources].count(POOL_TYPE) == 1
 
 
 def test_tainted_gpu_pool_keeps_credentials_out_of_its_resources() -> None:
-    recording = _make_pool()
-    for taint in recording.of_type(TAINT_TYPE):
-        assert not {"kubeconfig", "context"} & set(taint.inputs)
-        assert "__provider" in taint.secret_inputs
+    (pool,) = _make_pool().of_type(POOL_TYPE)
+    assert not {"kubeconfig", "context"} & set(pool.inputs)
+    assert "__provider" in pool.secret_inputs
 
 
 def test_tainted_gpu_pool_children_are_parented_to_the_component() -> None:
-    recording = _make_pool(labels={"gpu-cluster.io/pool": "gpu"})
+    recording = _make_pool()
     component = recording.named("pool")
     assert component.typ == "gpu-cluster:index:TaintedGpuPool"
-    children = recording.of_type(TAINT_TYPE) + recording.of_type(PATCH_TYPE)
-    assert len(children) == 4
-    assert all(c.parent == component.urn for c in children)
+    (pool,) = recording.of_type(POOL_TYPE)
+    assert pool.parent == component.urn
 
 
-def test_tainted_gpu_pool_labels_use_node_patch_with_the_explicit_provider() -> None:
-    recording = _make_pool(labels={"gpu-cluster.io/pool": "gpu"})
-    provider = recording.named("cluster")
-    patches = recording.of_type(PATCH_TYPE)
-    assert sorted((p.inputs["metadata"] for p in patches), key=lambda m: m["name"]) == [
-        {"name": "gpu-1", "labels": {"gpu-cluster.io/pool": "gpu"}},
-        {"name": "gpu-2", "labels": {"gpu-cluster.io/pool": "gpu"}},
-    ]
-    assert all(p.provider.startswith(provider.urn + "::") for p in patches)
-
-
-def test_tainted_gpu_pool_without_labels_patches_no_labels() -> None:
-    recording = _make_pool(labels={})
-    assert recording.of_type(PATCH_TYPE) == []
+def test_tainted_gpu_pool_labels_reach_the_node_set_and_outputs() -> None:
+    recording = _make_pool(labels={"gpu-cluster.io/pool": "gpu", "team": "ml"})
+    (pool,) = recording.of_type(POOL_TYPE)
+    assert pool.inputs["labels"] == {"gpu-cluster.io/pool": "gpu", "team": "ml"}
+    assert captured["labels"] == {"gpu-cluster.io/pool": "gpu", "team": "ml"}
+    assert recording.of_type("kubernetes:core/v1:NodePatch") == []
 
 
 def test_tainted_gpu_pool_custom_taint_reaches_provider_and_outputs() -> None:
     taint = Taint(key="example.com/gpu", value="", effect="PreferNoSchedule")
     recording = _make_pool(taint=taint)
-    assert {t.inputs["effect"] for t in recording.of_type(TAINT_TYPE)} == {"PreferNoSchedule"}
+    (pool,) = recording.of_type(POOL_TYPE)
+    assert pool.inputs["effect"] == "PreferNoSchedule"
     assert captured["taint"] == {
         "key": "example.com/gpu",
         "value": "",
@@ -98,3 +88,13 @@ def test_tainted_gpu_pool_outputs_nodes_and_taint() -> None:
         "value": "present",
         "effect": "NoSchedule",
     }
+
+
+def test_tainted_gpu_pool_fails_naming_every_failed_node_and_withholds_its_outputs() -> None:
+    bad = [f"{UNREACHABLE_PREFIX}7", f"{UNREACHABLE_PREFIX}3"]
+    with pytest.raises(Exception, match=r"2 of 5 nodes failed") as failure:
+        _make_pool(nodes=["gpu-1", bad[0], "gpu-2", bad[1], "gpu-3"])
+    message = str(failure.value)
+    assert all(f"{node}: cannot patch node '{node}'" in message for node in bad)
+    assert "gpu-1" not in message
+    assert "taint" not in captured  # later layers never see a half-tainted pool as done

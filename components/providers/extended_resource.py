@@ -5,6 +5,11 @@ through /api/v1/nodes/<node>/status; delete removes exactly those two keys. read
 live value, so `pulumi refresh` notices when the kubelet dropped the resource on
 re-registration and the next `pulumi up` puts it back.
 
+The stack now advertises every node's resources with one resource (advertised_resources.py);
+this per-(node, resource) one stays so that a stack deployed with it can still update and
+destroy. When the node set takes over a node's record, this resource's delete (which the
+engine runs after) leaves it alone.
+
 # Ref: https://kubernetes.io/docs/tasks/administer-cluster/extended-resource-node/
 """
 
@@ -39,6 +44,7 @@ from components.providers.node_api import (
     stack_identity,
     update_node,
 )
+from components.providers.node_set import taken_over
 
 # Allocatable is what the scheduler fits pods against. The kubelet derives it from capacity
 # on its next status sync; setting both makes the resource schedulable at once.
@@ -125,8 +131,8 @@ class ExtendedResourceProvider(ResourceProvider):
         except NodeNotFound:
             return  # a decommissioned node: nothing left to undo
         record = ownership(live, annotation)
-        if record is not None and record.get("owner") != props.get("owner"):
-            return  # another stack advertises it now: not ours to undo
+        if record is not None and (record.get("owner") != props.get("owner") or taken_over(record)):
+            return  # another stack advertises it now, or the node set holds it: not ours to undo
         previous = (record or {}).get("previous") or {}
         status = live.get("status") or {}
         name = json_pointer_escape(resource)

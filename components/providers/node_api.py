@@ -9,6 +9,7 @@ with the official `kubernetes` client (kubeconfig contexts, exec/OIDC plugins, T
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import random
@@ -21,6 +22,9 @@ import pulumi
 import yaml
 
 FIELD_MANAGER = "gpu-cluster"
+CONNECTIONS = 8
+"""Node calls in flight at once (the node-set providers' thread pool, the client's pool)."""
+LIST_PAGE = 500
 
 
 class NodeApiError(RuntimeError):
@@ -45,6 +49,10 @@ class NodeApi(Protocol):
     server: str
 
     def get_node(self, name: str) -> dict[str, Any]: ...
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        """Every node of the cluster (one paged LIST, not one read per node)."""
+        ...
 
     def patch_status(self, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
         """Apply a JSON patch (RFC 6902) to /api/v1/nodes/<name>/status."""
@@ -85,20 +93,34 @@ def flatten_kubeconfig(path: Path) -> str:
     return yaml.safe_dump(document, sort_keys=False)
 
 
-def api_client_from_kubeconfig(kubeconfig: str, context: str | None) -> Any:
-    """A `kubernetes.client.ApiClient` from kubeconfig content ("" uses the default lookup)."""
-    from kubernetes import config
+def api_client_from_kubeconfig(
+    kubeconfig: str, context: str | None, connections: int | None = None
+) -> Any:
+    """A `kubernetes.client.ApiClient` from kubeconfig content ("" uses the default lookup).
+
+    `connections` sizes the client's connection pool for that many concurrent calls.
+    """
+    from kubernetes import client, config
 
     try:
         document = yaml.safe_load(kubeconfig) if kubeconfig.strip() else None
     except yaml.YAMLError as exc:
         raise NodeApiError(f"the kubeconfig is not valid YAML: {exc}") from exc
+    configuration = client.Configuration()
     try:
         if document:
-            return config.new_client_from_config_dict(document, context=context)
-        return config.new_client_from_config(context=context)
+            config.load_kube_config_from_dict(
+                document, context=context, client_configuration=configuration
+            )
+        else:
+            config.load_kube_config(context=context, client_configuration=configuration)
     except Exception as exc:
         raise NodeApiError(f"cannot load kubeconfig (context {context!r}): {exc}") from exc
+    if connections:
+        configuration.connection_pool_maxsize = max(
+            connections, configuration.connection_pool_maxsize
+        )
+    return client.ApiClient(configuration)
 
 
 def call_api(
@@ -122,12 +144,12 @@ def call_api(
 
 
 class KubeNodeApi:
-    """NodeApi over the official kubernetes client."""
+    """NodeApi over the official kubernetes client (safe to share between threads)."""
 
     def __init__(self, kubeconfig: str, context: str | None) -> None:
         from kubernetes import client
 
-        api_client = api_client_from_kubeconfig(kubeconfig, context)
+        api_client = api_client_from_kubeconfig(kubeconfig, context, CONNECTIONS)
         self.server = str(api_client.configuration.host)
         self._core = client.CoreV1Api(api_client)
 
@@ -137,6 +159,22 @@ class KubeNodeApi:
 
     def get_node(self, name: str) -> dict[str, Any]:
         return self._call(name, "read", lambda: self._core.read_node(name, _preload_content=False))
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            page: dict[str, Any] = {"limit": LIST_PAGE, "_preload_content": False}
+            if token:
+                page["_continue"] = token
+            response = call_api(
+                self.server, "the nodes", "list", functools.partial(self._core.list_node, **page)
+            )
+            body = json.loads(response.data)
+            items += body.get("items") or []
+            token = (body.get("metadata") or {}).get("continue")
+            if not token:
+                return items
 
     def patch_status(self, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
         return self._call(
@@ -254,17 +292,80 @@ def update_node(
     name: str,
     mutate: Mutate,
     *,
+    first: dict[str, Any] | None = None,
     attempts: int = 8,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
-    """Read-modify-write of one node, retried when someone else wrote in between."""
+    """Read-modify-write of one node, retried when someone else wrote in between.
+
+    `first` is the node as just read (e.g. from a LIST): the first attempt starts from it
+    instead of reading the node again.
+    """
     return read_modify_write(
         lambda: api.get_node(name),
         lambda patch: api.merge_patch(name, patch),
         mutate,
+        first=first,
         attempts=attempts,
         sleep=sleep,
     )
+
+
+def patch_status_guarded(
+    api: NodeApi,
+    name: str,
+    ops_for: Callable[[Mapping[str, Any]], list[dict[str, Any]]],
+    *,
+    first: dict[str, Any] | None = None,
+    attempts: int = 8,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """Read-modify-write through the status subresource, retried when someone else wrote.
+
+    `ops_for` gets the live node and returns JSON patch ops (status, metadata.annotations), or
+    [] when nothing needs to change. They are sent after a `replace` of metadata.resourceVersion
+    with the version read, so the API server answers 409 if the node moved on; the loop then
+    re-reads it. `first` is the node as just read (e.g. from a LIST).
+
+    # Ref: https://github.com/kubernetes/kubernetes/blob/master/pkg/registry/core/node/strategy.go
+    (the node status strategy resets only spec: metadata written with the status is kept)
+    """
+    for attempt in range(attempts):
+        live = first if attempt == 0 and first is not None else api.get_node(name)
+        ops = ops_for(live)
+        if not ops:
+            return live
+        version = live.get("metadata", {}).get("resourceVersion")
+        guard = {"op": "replace", "path": "/metadata/resourceVersion", "value": version}
+        try:
+            return api.patch_status(name, [guard, *ops])
+        except Conflict:
+            if attempt == attempts - 1:
+                raise
+            sleep(_backoff(attempt))
+    raise AssertionError("unreachable")
+
+
+def annotation_ops(
+    node: Mapping[str, Any], changes: Mapping[str, str | None]
+) -> list[dict[str, Any]]:
+    """JSON patch ops setting (a value) or removing (None) these annotations of `node`."""
+    current = (node.get("metadata") or {}).get("annotations")
+    if current is None:
+        added = {k: v for k, v in changes.items() if v is not None}
+        return [{"op": "add", "path": "/metadata/annotations", "value": added}] if added else []
+    ops: list[dict[str, Any]] = []
+    for key, value in changes.items():
+        path = f"/metadata/annotations/{json_pointer_escape(key)}"
+        if value is not None:
+            ops.append({"op": "add", "path": path, "value": value})
+        elif key in current:
+            ops.append({"op": "remove", "path": path})
+    return ops
+
+
+def _backoff(attempt: int) -> float:
+    return min(2.0, 0.05 * 2**attempt) * (0.5 + random.random())
 
 
 def read_modify_write(
@@ -272,6 +373,7 @@ def read_modify_write(
     write: Callable[[dict[str, Any]], dict[str, Any]],
     mutate: Mutate,
     *,
+    first: dict[str, Any] | None = None,
     attempts: int = 8,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
@@ -283,7 +385,7 @@ def read_modify_write(
     re-applies `mutate` to the fresh object, so a concurrent write is never lost.
     """
     for attempt in range(attempts):
-        live = read()
+        live = first if attempt == 0 and first is not None else read()
         patch = mutate(live)
         if patch is None:
             return live
@@ -294,7 +396,7 @@ def read_modify_write(
         except Conflict:
             if attempt == attempts - 1:
                 raise
-            sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+            sleep(_backoff(attempt))
     raise AssertionError("unreachable")
 
 

@@ -1,5 +1,10 @@
 """Dynamic provider: one taint on one node, added and removed entry by entry.
 
+The stack now puts the pool's taint on every node with one resource (pool_nodes.py); this
+per-node resource stays so that a stack deployed with it can still update and destroy, and
+the taint helpers here are shared with the pool. When the pool takes over a node's taint, the
+per-node resource's delete (which the engine runs after) leaves it alone.
+
 Server-side apply treats Node.spec.taints as one atomic list, so applying "our" list would
 wipe taints that Kubernetes manages (node.kubernetes.io/unschedulable, not-ready, ...). This
 provider instead reads the node, edits only the entry with its (key, effect), and writes the
@@ -42,6 +47,7 @@ from components.providers.node_api import (
     stack_identity,
     update_node,
 )
+from components.providers.node_set import taken_over
 
 
 def _same(taint: Mapping[str, Any], key: str, effect: str) -> bool:
@@ -60,10 +66,17 @@ def taint_ownership_key(key: str, effect: str) -> str:
     return ownership_key("taint", f"{key}:{effect}")
 
 
-def claim_taint(owner: str, key: str, effect: str, wanted: Mapping[str, Any]) -> Mutate:
+def claim_taint(
+    owner: str,
+    key: str,
+    effect: str,
+    wanted: Mapping[str, Any],
+    mark: Mapping[str, str] | None = None,
+) -> Mutate:
     """Put our taint on the node and record, on the node itself, that `owner` added it and
     which entry it replaced. A record of this owner (an interrupted run, a re-created stack)
-    keeps its `previous`; a record of another owner is a conflict, never overwritten."""
+    keeps its `previous`; a record of another owner is a conflict, never overwritten. `mark`
+    adds fields to the record (node_set.SET_MARK)."""
 
     def mutate(node: Mapping[str, Any]) -> dict[str, Any] | None:
         record = ownership(node, taint_ownership_key(key, effect))
@@ -71,8 +84,9 @@ def claim_taint(owner: str, key: str, effect: str, wanted: Mapping[str, Any]) ->
         owned_by_another(record, owner, f"taint {key}:{effect}", name)
         previous = record.get("previous") if record else find_taint(node, key, effect)
         patch = set_taint(key, effect, wanted)(node) or {}
-        note = json.dumps({"owner": owner, "previous": previous}, sort_keys=True)
-        if record is None or record.get("previous") != previous:
+        fields = {"owner": owner, "previous": previous, **(mark or {})}
+        if record is None or any(record.get(k) != v for k, v in fields.items()):
+            note = json.dumps(fields, sort_keys=True)
             patch["metadata"] = {"annotations": {taint_ownership_key(key, effect): note}}
         return patch or None
 
@@ -81,12 +95,13 @@ def claim_taint(owner: str, key: str, effect: str, wanted: Mapping[str, Any]) ->
 
 def release_taint(owner: str, key: str, effect: str, fallback: Mapping[str, Any] | None) -> Mutate:
     """Undo our taint: restore the entry it replaced and drop the record. A taint another stack
-    now owns is left alone; without a record (older state) `fallback` is what it replaced."""
+    or the pool's node set (pool_nodes.py) now holds is left alone; without a record (older
+    state) `fallback` is what it replaced."""
 
     def mutate(node: Mapping[str, Any]) -> dict[str, Any] | None:
         record = ownership(node, taint_ownership_key(key, effect))
-        if record is not None and record.get("owner") != owner:
-            return None
+        if record is not None and (record.get("owner") != owner or taken_over(record)):
+            return None  # another stack's, or the pool's node set holds it now
         previous = record.get("previous") if record else fallback
         patch = set_taint(key, effect, previous)(node) or {}
         if record is not None:
@@ -112,7 +127,7 @@ def set_taint(key: str, effect: str, wanted: Mapping[str, Any] | None) -> Mutate
         current = next((t for t in taints if _same(t, key, effect)), None)
         if current is None and wanted is None:
             return None
-        if current is not None and wanted is not None and _equal_taint(current, wanted):
+        if current is not None and wanted is not None and equal_taint(current, wanted):
             return None
         new = [t for t in taints if not _same(t, key, effect)] + ([dict(wanted)] if wanted else [])
         return {"spec": {"taints": new or None}}
@@ -120,7 +135,7 @@ def set_taint(key: str, effect: str, wanted: Mapping[str, Any] | None) -> Mutate
     return mutate
 
 
-def _equal_taint(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+def equal_taint(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return all((a.get(f) or "") == (b.get(f) or "") for f in ("key", "value", "effect"))
 
 

@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 import pytest
 from kubernetes import client
 
+from components.providers import node_api
+from components.providers.advertised_resources import AdvertisedResourcesProvider
 from components.providers.extended_resource import ExtendedResourceProvider
 from components.providers.node_api import (
     Conflict,
@@ -24,6 +26,7 @@ from components.providers.node_api import (
     connect,
 )
 from components.providers.node_taint import NodeTaintProvider
+from components.providers.pool_nodes import GpuPoolNodesProvider
 from tests.fake_node_api import stack_config_request
 from tools.harness import LocalControlPlane
 
@@ -238,6 +241,9 @@ class _RacingApi:
     def get_node(self, name: str) -> dict[str, Any]:
         return self._api.get_node(name)
 
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return self._api.list_nodes()
+
     def patch_status(self, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
         return self._api.patch_status(name, ops)
 
@@ -295,3 +301,55 @@ def test_two_stacks_on_one_cluster_never_undo_each_other(
     assert not any(
         k.startswith("ownership.gpu-cluster.io/") for k in live["metadata"].get("annotations") or {}
     )
+
+
+@pytest.fixture
+def fleet(core: client.CoreV1Api) -> Iterator[list[str]]:
+    """Five fresh Nodes with a kubelet's capacity, the first one cordoned."""
+    names = [f"fleet-{uuid.uuid4().hex[:8]}" for _ in range(5)]
+    status = {"capacity": {"cpu": "8", "memory": "32Gi"}, "allocatable": {"cpu": "8"}}
+    for name in names:
+        core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name)))
+        core.patch_node_status(name, {"status": status})
+    core.patch_node(names[0], {"spec": {"taints": [UNSCHEDULABLE]}})
+    try:
+        yield names
+    finally:
+        for name in names:
+            core.delete_node(name)
+
+
+def test_node_sets_apply_refresh_and_undo_a_fleet(
+    kubeconfig: str, core: client.CoreV1Api, fleet: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(node_api, "LIST_PAGE", 2)  # refresh reads the nodes in pages
+    before = {name: _live(core, name) for name in fleet}
+    pool = _configure(GpuPoolNodesProvider(), kubeconfig)
+    advertised = _configure(AdvertisedResourcesProvider(), kubeconfig)
+    owner = "org/gpu-cluster/a"
+    taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    pool_props = {"nodes": fleet, "labels": {"gpu-cluster.io/pool": "gpu"}, "owner": owner, **taint}
+    pool_outs = dict(pool.create(pool_props).outs or {})
+    counts = {name: {DONGLE: 2} for name in fleet}
+    advertised_outs = dict(advertised.create({"nodes": counts, "owner": owner}).outs or {})
+
+    assert pool_outs["failed"] == advertised_outs["failed"] == {}
+    for name in fleet:
+        live = _live(core, name)
+        assert taint in live["spec"]["taints"]
+        assert live["metadata"]["labels"]["gpu-cluster.io/pool"] == "gpu"
+        assert live["status"]["allocatable"][DONGLE] == "2"
+    assert UNSCHEDULABLE in _live(core, fleet[0])["spec"]["taints"]
+
+    refreshed = dict(pool.read("id", pool_outs).outs or {})
+    assert sorted(refreshed["applied"]) == sorted(fleet)
+    assert not any(record["drift"] for record in refreshed["applied"].values())
+
+    pool.delete("id", refreshed)
+    advertised.delete("id", advertised_outs)
+    for name in fleet:
+        live, earlier = _live(core, name), before[name]
+        assert live["spec"].get("taints") == earlier["spec"].get("taints")
+        assert live["metadata"].get("labels") == earlier["metadata"].get("labels")
+        assert DONGLE not in (live.get("status") or {}).get("capacity", {})
+        assert not live["metadata"].get("annotations")

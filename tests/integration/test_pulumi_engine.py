@@ -1,12 +1,11 @@
 """The node layers under the real Pulumi engine, against the harness's kube-apiserver.
 
-ExtendedResourceNode and TaintedGpuPool (the layers built on Python dynamic providers)
-run as a platform engineer runs them: the engine serializes the providers into
-pulumi-resource-pulumi-python, keeps state in a backend, diffs, refreshes and destroys.
-The kubernetes, command and tls provider plugins cannot be built here (tools/README.md), so
-the program holds just these two layers (TaintedGpuPool without labels, which would be a
-kubernetes NodePatch); everything else is covered by the mocked program run and the
-server-side dry-run of its objects.
+ExtendedResourceNodes and TaintedGpuPool (the layers built on Python dynamic providers, one
+node-set resource each) run as a platform engineer runs them: the engine serializes the
+providers into pulumi-resource-pulumi-python, keeps state in a backend, diffs, refreshes and
+destroys. The kubernetes, command and tls provider plugins cannot be built here
+(tools/README.md), so the program holds just these two layers; everything else is covered by
+the mocked program run and the server-side dry-run of its objects.
 
 The tests share one deployment and run in file order; the last one destroys it.
 """
@@ -95,6 +94,7 @@ def test_engine_up_taints_pool_and_advertises_capacity(deployed: Deployment) -> 
     assert CORDON in live[GPU_NODES[1]]["taints"]
     assert live[DONGLE_NODE]["capacity"][DONGLE] == str(DONGLES[DONGLE])
     assert live[DONGLE_NODE]["allocatable"][DONGLE] == str(DONGLES[DONGLE])
+    assert all(live[node]["labels"]["gpu-cluster.io/pool"] == "gpu" for node in GPU_NODES)
     assert deployed.first.outputs["gpuTaint"].value == {
         "key": "nvidia.com/gpu",
         "value": "present",
@@ -110,7 +110,7 @@ def test_engine_keeps_credentials_out_of_the_state(deployed: Deployment) -> None
     state = json.loads(text)["checkpoint"]["latest"]
     dynamic = [r for r in state["resources"] if r["type"].startswith("pulumi-python:dynamic/")]
 
-    assert len(dynamic) == len(GPU_NODES) + len(DONGLES)
+    assert len(dynamic) == 2  # one node set per layer, however many nodes
     for resource in dynamic:
         for side in ("inputs", "outputs"):
             assert "kubeconfig" not in resource[side], (side, resource["urn"])
@@ -205,10 +205,55 @@ def test_engine_survives_a_deleted_node_and_a_second_machine_s_credentials(
         core.delete_node(GPU_NODES[0])
         refreshed = admin.refresh()
         refresh_changes: dict[Any, int] = dict(refreshed.summary.resource_changes or {})
-        assert refresh_changes.get("delete") == 1
+        assert refresh_changes.get("update") == 1  # the pool, without the deleted node
         admin.destroy()
         assert all(
             t["key"] != "nvidia.com/gpu"
             for n in GPU_NODES[1:]
+            for t in snapshot(api_client, [n])[n]["taints"]
+        )
+
+
+def test_engine_names_every_failed_node_applies_the_others_and_finishes_on_the_next_up(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Two pool nodes the API server does not have yet: `up` fails naming both, the other
+    nodes are tainted and in the state; once the nodes exist, the next `up` finishes and
+    `destroy` undoes every node."""
+    require_tools(*CONTROL_PLANE_TOOLS, *PULUMI_ENGINE_TOOLS)
+    pool = [f"gpu-{i:02d}" for i in range(8)]
+    missing = {pool[2], pool[5]}
+    config = stack_file_config(
+        "local",
+        {
+            "grafanaAdminPassword": "local-only-password",
+            "nodes": [{"name": n, "address": f"10.0.0.{i + 1}"} for i, n in enumerate(pool)],
+            "gpuPool": {"nodes": pool},
+            "extendedResources": {},
+        },
+    )
+    with LocalControlPlane() as cp:
+        api_client = cp.api_client()
+        create_nodes(api_client, [n for n in inventory_nodes(config) if n.name not in missing])
+        state_dir = tmp_path_factory.mktemp("pulumi-failed")
+        stack = inline_stack("gpu-cluster-engine", "failed", node_layers_program(config), state_dir)
+        use_cluster(stack, cp.kubeconfig_yaml())
+        lines: list[str] = []
+        with pytest.raises(auto.CommandError) as failure:
+            stack.up(on_output=lines.append)
+        message = str(failure.value)
+        assert "2 of 8 nodes failed" in message
+        assert all(f"{node}: node {node!r} not found" in message for node in missing)
+        tainted = [n for n in pool if n not in missing]
+        assert all(snapshot(api_client, [n])[n]["taints"] for n in tainted)
+        assert len(lines) < 60, lines  # a few lines per layer, not one per node
+
+        create_nodes(api_client, [n for n in inventory_nodes(config) if n.name in missing])
+        stack.up()
+        assert all(snapshot(api_client, [n])[n]["taints"] for n in pool)
+        stack.destroy()
+        assert not any(
+            t["key"] == "nvidia.com/gpu"
+            for n in pool
             for t in snapshot(api_client, [n])[n]["taints"]
         )

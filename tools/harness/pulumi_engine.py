@@ -21,8 +21,8 @@ from pulumi import automation as auto
 
 from components import (
     ClusterAccess,
-    ExtendedResourceNode,
-    ExtendedResourceNodeArgs,
+    ExtendedResourceNodes,
+    ExtendedResourceNodesArgs,
     TaintedGpuPool,
     TaintedGpuPoolArgs,
 )
@@ -99,10 +99,9 @@ def stack_file_config(stack: str, overrides: Mapping[str, Any] | None = None) ->
 
 
 def node_layers_program(config: StackConfig) -> auto.PulumiFn:
-    """The stack's node layers (ExtendedResourceNode, TaintedGpuPool) as an inline program.
+    """The stack's node layers (ExtendedResourceNodes, TaintedGpuPool) as an inline program.
 
-    These are the layers built on Python dynamic providers. Pool labels are left out: they
-    are a kubernetes NodePatch, which needs the kubernetes provider plugin.
+    These are the layers built on Python dynamic providers, pool labels included.
     """
 
     def program() -> None:
@@ -110,27 +109,23 @@ def node_layers_program(config: StackConfig) -> auto.PulumiFn:
         access = ClusterAccess(
             provider=cast(Any, None), kubeconfig=pulumi.Output.secret(""), context=None
         )
-        advertised = {
-            node: ExtendedResourceNode(
-                f"extended-{node}",
-                ExtendedResourceNodeArgs(access=access, node=node, resources=resources),
-            ).resources
-            for node, resources in config.extended_resources.items()
-        }
+        extended = ExtendedResourceNodes(
+            "extended-resources",
+            ExtendedResourceNodesArgs(access=access, nodes=config.extended_resources),
+        )
         pool = TaintedGpuPool(
             "gpu-pool",
-            TaintedGpuPoolArgs(
-                access=access, nodes=config.gpu_pool.nodes, taint=config.gpu_pool.taint, labels={}
-            ),
+            TaintedGpuPoolArgs.from_settings(config.gpu_pool, access=access),
+            pulumi.ResourceOptions(depends_on=[extended]),  # as in __main__.py
         )
         pulumi.export("gpuNodes", pool.nodes)
         pulumi.export("gpuTaint", pool.taint)
-        pulumi.export("advertisedResources", advertised)
+        pulumi.export("gpuNodeLabels", pool.labels)
+        pulumi.export("advertisedResources", extended.resources)
 
     return program
 
 
 def node_layers_resource_count(config: StackConfig) -> int:
-    """Resources node_layers_program registers: the stack, components and dynamic resources."""
-    extended = sum(1 + len(resources) for resources in config.extended_resources.values())
-    return 1 + extended + 1 + len(config.gpu_pool.nodes)
+    """Resources node_layers_program registers: the stack, two components, one node set each."""
+    return 1 + 2 + 2

@@ -1,0 +1,183 @@
+"""Dynamic provider: the extended resources advertised on every node of the layer, as one resource.
+
+Per node, one JSON patch of the status subresource (with a resourceVersion precondition,
+retried on conflict) sets `status.capacity[<resource>]` and `status.allocatable[<resource>]`
+(`/` in the name escaped as `~1`) and, in the same write, records on the node who advertises
+each resource and what was advertised before (an ownership annotation per resource; the node
+status endpoint keeps metadata, and the provider checks the records came back). Destroy puts back what was advertised before, or removes the keys;
+`pulumi refresh` notices a count the kubelet dropped on re-registration, and the next `up`
+puts it back. The set mechanics are components/providers/node_set.py's.
+
+# Ref: https://kubernetes.io/docs/tasks/administer-cluster/extended-resource-node/
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pulumi
+from pulumi.dynamic import Resource
+
+from components.providers.extended_resource import STATUS_FIELDS, live_quantity
+from components.providers.node_api import (
+    NodeApi,
+    NodeApiError,
+    NodeNotFound,
+    annotation_ops,
+    json_pointer_escape,
+    owned_by_another,
+    ownership,
+    ownership_key,
+    patch_status_guarded,
+    stack_identity,
+)
+from components.providers.node_set import SET_MARK, NodeSetProvider, taken_over
+
+
+def capacity_ownership_key(resource: str) -> str:
+    return ownership_key("capacity", resource)
+
+
+def _status_ops(
+    live: Mapping[str, Any], set_to: Mapping[str, int], restore: Mapping[str, Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """JSON patch ops: advertise `set_to`; put back `restore` ({resource: {field: value|None}})."""
+    status = live.get("status") or {}
+    ops: list[dict[str, Any]] = []
+    for resource, count in sorted(set_to.items()):
+        name = json_pointer_escape(resource)
+        for f in STATUS_FIELDS:
+            if (status.get(f) or {}).get(resource) != str(count):
+                # "add" on an object member replaces an existing value (RFC 6902, 4.1).
+                ops.append({"op": "add", "path": f"/status/{f}/{name}", "value": str(count)})
+    for resource, previous in sorted(restore.items()):
+        name = json_pointer_escape(resource)
+        for f in STATUS_FIELDS:
+            before, now = previous.get(f), (status.get(f) or {}).get(resource)
+            if before is not None and now != before:
+                ops.append({"op": "add", "path": f"/status/{f}/{name}", "value": str(before)})
+            elif before is None and now is not None:
+                ops.append({"op": "remove", "path": f"/status/{f}/{name}"})
+    return ops
+
+
+class AdvertisedResourcesProvider(NodeSetProvider):
+    """{node: {extended resource: count}} advertised in the nodes' status."""
+
+    what = "the advertised extended resources"
+
+    def resource_id(self, props: Mapping[str, Any]) -> str:
+        return "extended-resources"
+
+    def wanted(self, props: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            node: {r: int(c) for r, c in counts.items()}
+            for node, counts in (props.get("nodes") or {}).items()
+        }
+
+    def _records(self, live: Mapping[str, Any], resources: list[str]) -> dict[str, Any]:
+        return {r: ownership(live, capacity_ownership_key(r)) for r in resources}
+
+    def claim(
+        self,
+        api: NodeApi,
+        live: dict[str, Any],
+        spec: Any,
+        record: Mapping[str, Any] | None,
+        props: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        owner, node = props["owner"], str(live["metadata"]["name"])
+        dropped = sorted(set((record or {}).get("spec") or {}) - set(spec))
+
+        def ops_for(live: Mapping[str, Any]) -> list[dict[str, Any]]:
+            # The record of who advertises each resource and what was advertised before (kept
+            # from an earlier run of ours) goes in the same write as the counts.
+            status = live.get("status") or {}
+            notes: dict[str, str | None] = {}
+            for resource, found in self._records(live, sorted(spec)).items():
+                owned_by_another(found, owner, f"extended resource {resource}", node)
+                if taken_over(found):
+                    continue
+                previous = (found or {}).get("previous") or {
+                    f: (status.get(f) or {}).get(resource) for f in STATUS_FIELDS
+                }
+                note = {"owner": owner, "previous": previous, **SET_MARK}
+                notes[capacity_ownership_key(resource)] = json.dumps(note, sort_keys=True)
+            restore = self._ours(live, dropped, owner)
+            notes.update({capacity_ownership_key(r): None for r in restore})
+            return annotation_ops(live, notes) + _status_ops(live, spec, restore)
+
+        live = patch_status_guarded(api, node, ops_for, first=live)
+        records = self._records(live, sorted(spec))
+        if any(found is None for found in records.values()):
+            # Never advertise without the record destroy needs to undo it exactly.
+            raise NodeApiError(
+                f"API server {api.server} did not keep the ownership annotations written with "
+                f"the status of node {node!r}"
+            )
+        return {"previous": {r: (found or {}).get("previous") for r, found in records.items()}}
+
+    def _ours(
+        self, live: Mapping[str, Any], resources: list[str], owner: str
+    ) -> dict[str, Mapping[str, Any]]:
+        """{resource: what was advertised before} for those of `resources` this stack holds."""
+        return {
+            r: found.get("previous") or {}
+            for r, found in self._records(live, resources).items()
+            if found is not None and found.get("owner") == owner
+        }
+
+    def release(
+        self,
+        api: NodeApi,
+        live: dict[str, Any],
+        record: Mapping[str, Any],
+        props: Mapping[str, Any],
+    ) -> None:
+        resources = sorted(record.get("spec") or {})
+
+        def ops_for(live: Mapping[str, Any]) -> list[dict[str, Any]]:
+            # What was advertised before comes back, and the records go, in one write.
+            restore = self._ours(live, resources, props["owner"])
+            forget = {capacity_ownership_key(r): None for r in restore}
+            return annotation_ops(live, forget) + _status_ops(live, {}, restore)
+
+        try:
+            patch_status_guarded(api, live["metadata"]["name"], ops_for, first=live)
+        except NodeNotFound:
+            return  # deleted meanwhile: nothing left to undo
+
+    def observe(
+        self, live: Mapping[str, Any], record: Mapping[str, Any], props: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        spec: Mapping[str, int] = record.get("spec") or {}
+        counts = {r: live_quantity(dict(live), r) for r in spec}
+        return {**record, "live": counts, "drift": counts != dict(spec)}
+
+
+class AdvertisedResources(Resource, module="gpu-cluster", name="AdvertisedResources"):
+    """`status.capacity[resource] = count` for every (node, resource) of the layer."""
+
+    applied: pulumi.Output[dict[str, Any]]
+    """{node: {spec, live: {resource: live count or None}, previous}}."""
+    failed: pulumi.Output[dict[str, str]]
+    """{node: why its last change failed}; empty when every node is done."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        nodes: pulumi.Input[dict[str, dict[str, int]]],
+        opts: pulumi.ResourceOptions | None = None,
+        provider: AdvertisedResourcesProvider | None = None,
+    ) -> None:
+        props = {
+            "nodes": nodes,
+            # Recorded on each node, so another stack never undoes it.
+            "owner": stack_identity(),
+            "applied": None,
+            "failed": None,
+        }
+        super().__init__(provider or AdvertisedResourcesProvider(), name, props, opts)

@@ -1,0 +1,170 @@
+"""AdvertisedResourcesProvider (every node's extended resources as one node set), fake node API.
+
+tests/integration runs the same provider on a real kube-apiserver and under the real engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from components.providers.advertised_resources import AdvertisedResourcesProvider
+from components.providers.extended_resource import ExtendedResourceProvider
+from components.providers.node_api import NodeApiError
+from tests.fake_node_api import SERVER, FakeNodeApi, configured
+
+DONGLE = "example.com/dongle"
+FPGA = "example.com/fpga"
+OWNER = "org/gpu-cluster/a"
+
+
+def _make_provider(api: FakeNodeApi) -> AdvertisedResourcesProvider:
+    return configured(AdvertisedResourcesProvider(lambda _kubeconfig, _context: api))
+
+
+def _props(nodes: dict[str, dict[str, int]], **overrides: Any) -> dict[str, Any]:
+    return {"nodes": nodes, "owner": OWNER, **overrides}
+
+
+def _outs(result: Any) -> dict[str, Any]:
+    assert result.outs is not None
+    return dict(result.outs)
+
+
+def _status(api: FakeNodeApi, node: str, field: str = "capacity") -> dict[str, str]:
+    return dict(api.nodes[node]["status"].get(field, {}))
+
+
+def test_advertised_resources_create_sets_capacity_and_allocatable_on_every_node() -> None:
+    api = FakeNodeApi({"w-1": {}, "w-2": {}})
+    outs = _outs(
+        _make_provider(api).create(_props({"w-1": {DONGLE: 4, FPGA: 1}, "w-2": {DONGLE: 2}}))
+    )
+    assert _status(api, "w-1") == {"cpu": "8", "memory": "32Gi", DONGLE: "4", FPGA: "1"}
+    assert _status(api, "w-1", "allocatable") == {DONGLE: "4", FPGA: "1"}
+    assert _status(api, "w-2", "allocatable") == {DONGLE: "2"}
+    assert outs["applied"]["w-2"]["spec"] == {DONGLE: 2} and outs["failed"] == {}
+    assert api.writes == 2  # one write per node: the counts and their ownership records
+
+
+def test_advertised_resources_rerun_changes_nothing_and_writes_nothing() -> None:
+    api = FakeNodeApi({f"w-{i}": {} for i in range(20)})
+    provider = _make_provider(api)
+    wanted = {n: {DONGLE: 4} for n in api.nodes}
+    outs = _outs(provider.create(_props(wanted)))
+    assert provider.diff("id", outs, _props(wanted)).changes is False
+    writes = api.writes
+    provider.update("id", outs, _props(wanted))
+    assert api.writes == writes
+
+
+def test_advertised_resources_update_changes_counts_and_drops_a_removed_resource() -> None:
+    api = FakeNodeApi({"w-1": {}})
+    provider = _make_provider(api)
+    outs = _outs(provider.create(_props({"w-1": {DONGLE: 4, FPGA: 1}})))
+    outs = _outs(provider.update("id", outs, _props({"w-1": {DONGLE: 6}})))
+    assert _status(api, "w-1", "allocatable") == {DONGLE: "6"}
+    assert list(api.nodes["w-1"]["metadata"]["annotations"]) == [
+        k for k in api.nodes["w-1"]["metadata"]["annotations"] if "capacity" in k
+    ]
+    assert len(api.nodes["w-1"]["metadata"]["annotations"]) == 1
+
+
+def test_advertised_resources_destroy_puts_back_what_was_advertised_before() -> None:
+    api = FakeNodeApi(
+        {"w-1": {"status": {"capacity": {DONGLE: "1"}, "allocatable": {DONGLE: "1"}}}, "w-2": {}}
+    )
+    provider = _make_provider(api)
+    outs = _outs(provider.create(_props({"w-1": {DONGLE: 4}, "w-2": {DONGLE: 4}})))
+    provider.delete("id", outs)
+    assert _status(api, "w-1")[DONGLE] == _status(api, "w-1", "allocatable")[DONGLE] == "1"
+    assert DONGLE not in _status(api, "w-2") and DONGLE not in _status(api, "w-2", "allocatable")
+    assert not any(api.nodes[n]["metadata"].get("annotations") for n in api.nodes)
+
+
+def test_advertised_resources_node_removed_from_the_layer_is_released() -> None:
+    api = FakeNodeApi({"w-1": {}, "w-2": {}})
+    provider = _make_provider(api)
+    outs = _outs(provider.create(_props({"w-1": {DONGLE: 4}, "w-2": {DONGLE: 4}})))
+    outs = _outs(provider.update("id", outs, _props({"w-1": {DONGLE: 4}})))
+    assert DONGLE not in _status(api, "w-2") and list(outs["applied"]) == ["w-1"]
+
+
+def test_advertised_resources_failed_nodes_are_all_named_and_the_others_applied() -> None:
+    api = FakeNodeApi({f"w-{i}": {} for i in range(10)})
+
+    def refuse(node: str) -> None:
+        if node in ("w-3", "w-8"):
+            raise NodeApiError(f"cannot patch node {node!r} on API server {SERVER} (HTTP 500)")
+
+    api.before_write = refuse
+    outs = _outs(_make_provider(api).create(_props({n: {DONGLE: 1} for n in api.nodes})))
+    assert sorted(outs["failed"]) == ["w-3", "w-8"]
+    assert [n for n in api.nodes if DONGLE in _status(api, n)] == [
+        n for n in api.nodes if n not in ("w-3", "w-8")
+    ]
+
+
+def test_advertised_resources_refresh_sees_what_the_kubelet_dropped_and_up_puts_it_back() -> None:
+    api = FakeNodeApi({"w-1": {}, "w-2": {}})
+    provider = _make_provider(api)
+    wanted = _props({"w-1": {DONGLE: 4}, "w-2": {DONGLE: 4}})
+    outs = _outs(provider.create(wanted))
+    api.edit("w-2", lambda node: node["status"]["capacity"].pop(DONGLE))
+    del api.nodes["w-1"]  # decommissioned
+    refreshed = _outs(provider.read("id", outs))
+    assert refreshed["applied"]["w-2"]["live"] == {DONGLE: None}
+    assert list(refreshed["applied"]) == ["w-2"]
+    provider.update("id", refreshed, _props({"w-2": {DONGLE: 4}}))
+    assert _status(api, "w-2")[DONGLE] == "4"
+    provider.delete("id", refreshed)
+
+
+def test_advertised_resources_of_another_stack_are_refused_and_left_alone() -> None:
+    api = FakeNodeApi({"w-1": {}})
+    _make_provider(api).create(_props({"w-1": {DONGLE: 4}}))
+    other = _outs(
+        _make_provider(api).create(_props({"w-1": {DONGLE: 9}}, owner="org/gpu-cluster/b"))
+    )
+    assert "managed by stack 'org/gpu-cluster/a'" in other["failed"]["w-1"]
+    _make_provider(api).delete("id", other)
+    assert _status(api, "w-1")[DONGLE] == "4"
+
+
+def test_advertised_resources_take_over_from_per_node_resources() -> None:
+    api = FakeNodeApi({"w-1": {"status": {"capacity": {DONGLE: "1"}, "allocatable": {}}}})
+    per_item = configured(ExtendedResourceProvider(lambda _kubeconfig, _context: api))
+    old = _outs(per_item.create({"node": "w-1", "resource": DONGLE, "quantity": 4, "owner": OWNER}))
+    provider = _make_provider(api)
+    outs = _outs(provider.create(_props({"w-1": {DONGLE: 4}})))
+    per_item.delete("id", old)
+    assert _status(api, "w-1")[DONGLE] == "4"
+    provider.delete("id", outs)
+    assert _status(api, "w-1") == {DONGLE: "1"}
+    assert _status(api, "w-1", "allocatable") == {}
+
+
+def test_advertised_resources_delete_of_vanished_nodes_is_done() -> None:
+    api = FakeNodeApi({"w-1": {}})
+    provider = _make_provider(api)
+    outs = _outs(provider.create(_props({"w-1": {DONGLE: 4}})))
+    del api.nodes["w-1"]
+    provider.delete("id", outs)
+    with pytest.raises(KeyError):
+        api.nodes["w-1"]
+
+
+def test_advertised_resources_write_from_one_list_and_reread_only_after_a_conflict() -> None:
+    api = FakeNodeApi({f"w-{i}": {} for i in range(10)})
+    raced: list[str] = []
+
+    def kubelet_writes(node: str) -> None:
+        if node == "w-6" and not raced:
+            raced.append(node)  # a status update between our LIST and our patch
+            api.edit(node, lambda n: n["status"]["capacity"].update(pods="110"))
+
+    api.before_write = kubelet_writes
+    outs = _outs(_make_provider(api).create(_props({n: {DONGLE: 1} for n in api.nodes})))
+    assert outs["failed"] == {} and (api.lists, api.reads) == (1, 1)
+    assert _status(api, "w-6") == {"cpu": "8", "memory": "32Gi", "pods": "110", DONGLE: "1"}
