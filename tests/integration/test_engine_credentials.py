@@ -13,12 +13,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 from pulumi import automation as auto
 
 from components.providers.credentials import KUBECONFIG_KEY
@@ -76,6 +79,24 @@ def _token_kubeconfig(cp: LocalControlPlane, api_client: Any, name: str) -> str:
     return cp.kubeconfig_yaml(user={"token": request.status.token})
 
 
+def _wait_refused(kubeconfig: str, timeout: float = 30) -> None:
+    """Until the API server refuses the revoked token (it learns of the deletion shortly after)."""
+    revoked = config.new_client_from_config_dict(yaml.safe_load(kubeconfig))
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                client.CoreV1Api(revoked).list_node(limit=1)
+            except ApiException as exc:
+                if exc.status == 401:
+                    return
+                raise
+            assert time.monotonic() < deadline, "the revoked token is still accepted"
+            time.sleep(0.5)
+    finally:
+        revoked.close()
+
+
 def test_a_missing_kubeconfig_path_stops_the_run_instead_of_using_the_default(
     cluster: tuple[LocalControlPlane, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -110,10 +131,12 @@ def test_destroy_after_revoked_credentials_says_what_to_run_and_run_program_fini
 ) -> None:
     cp, api_client = cluster
     before = snapshot(api_client, NODES)
-    stack = _stack(cp, tmp_path / "state", _token_kubeconfig(cp, api_client, "laptop"))
+    laptop = _token_kubeconfig(cp, api_client, "laptop")
+    stack = _stack(cp, tmp_path / "state", laptop)
     stack.up()
     # The token is revoked (its ServiceAccount deleted); the stack now names valid credentials.
     client.CoreV1Api(api_client).delete_namespaced_service_account("laptop", "default")
+    _wait_refused(laptop)
     use_cluster(stack, cp.kubeconfig_yaml())
 
     with pytest.raises(auto.CommandError) as excinfo:
