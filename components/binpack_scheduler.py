@@ -28,7 +28,7 @@ from typing import Annotated, Any
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
 from components.cluster_access import ClusterAccess
 from components.settings import (
@@ -40,6 +40,7 @@ from components.settings import (
     is_qualified_name,
     problem,
     text,
+    unique,
 )
 
 TOKEN = "gpu-cluster:index:BinpackScheduler"
@@ -81,6 +82,10 @@ DEFAULT_WEIGHTS = (
     ResourceWeight(name="cpu", weight=1),
     ResourceWeight(name="memory", weight=1),
 )
+# kube-scheduler's own defaults for the plugin.
+DEFAULT_BALANCED_WEIGHT = 1
+DEFAULT_BALANCED_RESOURCES = ("cpu", "memory")
+BALANCED_ALLOCATION = "NodeResourcesBalancedAllocation"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +100,10 @@ class SchedulerProfile:
     """Resources scored, with weights."""
     percentage_of_nodes_to_score: int | None = None
     """Share of feasible nodes scored per pod; None keeps the scheduler's adaptive default."""
+    balanced_weight: int = DEFAULT_BALANCED_WEIGHT
+    """NodeResourcesBalancedAllocation's plugin weight; 0 disables the plugin."""
+    balanced_resources: Sequence[str] = DEFAULT_BALANCED_RESOURCES
+    """Resources whose requested shares BalancedAllocation keeps even on a node."""
     leader_elect: bool = True
     """Take part in leader election (off only for a single local process)."""
     lease_namespace: str = "kube-system"
@@ -125,6 +134,31 @@ RESOURCE_NAME = text(
 )
 
 
+class BalancedAllocationSettings(Settings):
+    """NodeResourcesBalancedAllocation in the binpack profile."""
+
+    weight: Annotated[
+        int, between(0, 100, "expected a plugin weight from 0 (plugin off) to 100")
+    ] = DEFAULT_BALANCED_WEIGHT
+    """Plugin weight in the node score (NodeResourcesFit's is 1); 0 turns the plugin off."""
+    resources: Annotated[
+        tuple[Annotated[str, RESOURCE_NAME], ...],
+        AfterValidator(unique("each resource at most once")),
+    ] = DEFAULT_BALANCED_RESOURCES
+    """Resources whose requested / allocatable shares the plugin keeps even (at least two)."""
+
+    @field_validator("resources")
+    @classmethod
+    def _two_or_more(cls, resources: tuple[str, ...]) -> tuple[str, ...]:
+        if len(resources) < 2:
+            raise problem(
+                "expected at least two resources (the plugin balances their shares), "
+                "e.g. [cpu, memory, nvidia.com/gpu]",
+                value=list(resources),
+            )
+        return resources
+
+
 class BinpackSchedulerSettings(Settings):
     """The bin-packing kube-scheduler (the stack config's scheduler)."""
 
@@ -141,6 +175,10 @@ class BinpackSchedulerSettings(Settings):
     """{resource name: weight} scored by the profile; at least one must be a GPU resource."""
     percentage_of_nodes_to_score: Annotated[int, between(0, 100)] | None = None
     """Share of feasible nodes scored per pod; unset keeps the scheduler's adaptive default."""
+    balanced_allocation: BalancedAllocationSettings = Field(
+        default_factory=lambda: BalancedAllocationSettings()
+    )
+    """NodeResourcesBalancedAllocation: prefer nodes whose resources end up used in even shares."""
 
     @field_validator("shape")
     @classmethod
@@ -181,6 +219,8 @@ class BinpackSchedulerSettings(Settings):
                 ResourceWeight(name=n, weight=w) for n, w in self.resource_weights.items()
             ),
             percentage_of_nodes_to_score=self.percentage_of_nodes_to_score,
+            balanced_weight=self.balanced_allocation.weight,
+            balanced_resources=self.balanced_allocation.resources,
         )
 
 
@@ -203,6 +243,24 @@ def render_config(profile: SchedulerProfile, kubeconfig: str | None = None) -> d
         "schedulerName": profile.scheduler_name,
         "pluginConfig": [{"name": "NodeResourcesFit", "args": fit_args}],
     }
+    # BalancedAllocation is a default score plugin (weight 1, cpu and memory); naming it in
+    # `enabled` replaces its weight, `disabled` removes it.
+    # Ref: https://kubernetes.io/docs/reference/scheduling/config/#scheduling-plugins
+    if profile.balanced_weight == 0:
+        entry["plugins"] = {"score": {"disabled": [{"name": BALANCED_ALLOCATION}]}}
+    else:
+        entry["plugins"] = {
+            "score": {"enabled": [{"name": BALANCED_ALLOCATION, "weight": profile.balanced_weight}]}
+        }
+        # The plugin accepts only weight 1 per resource: it balances shares, it does not weigh.
+        entry["pluginConfig"].append(
+            {
+                "name": BALANCED_ALLOCATION,
+                "args": {
+                    "resources": [{"name": r, "weight": 1} for r in profile.balanced_resources]
+                },
+            }
+        )
     if profile.percentage_of_nodes_to_score is not None:
         entry["percentageOfNodesToScore"] = profile.percentage_of_nodes_to_score
     config: dict[str, Any] = {

@@ -32,6 +32,7 @@ from bench.openb_replay import (
     scheduler_config,
     write_csv,
 )
+from stack_config import SchedulerConfig
 
 POD_HEADER = (
     "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
@@ -248,3 +249,15 @@ def test_openb_follow_resumes_a_dropped_watch_and_relists_when_expired() -> None
     # Resumes from the bookmark's version after the drop, lists again after the 410.
     assert api.watched_from == ["101", "103", "103", "106"]
     assert seen == ["a", "b", "a", "b", "c", "d"]
+
+
+def test_openb_scheduler_config_renders_given_settings_with_their_sampling() -> None:
+    settings = SchedulerConfig.model_validate({"balancedAllocation": {"weight": 0}})
+    _, config = scheduler_config("binpack", "/kc", settings)
+    (profile,) = config["profiles"]
+    # Settings that leave percentageOfNodesToScore unset keep the adaptive default.
+    assert "percentageOfNodesToScore" not in profile
+    assert profile["plugins"]["score"] == {
+        "disabled": [{"name": "NodeResourcesBalancedAllocation"}]
+    }
+    assert config["leaderElection"]["leaderElect"] is False
