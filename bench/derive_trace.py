@@ -2,7 +2,7 @@
 
 The node list is copied unchanged; in the pod list, the GPU pods' (num_gpu > 0 or gpu_milli > 0)
 cpu_milli and memory_mib are multiplied by --cpu-scale and --memory-scale and rounded to whole
-units; every other column and the row order stay as they are. The output directory is a trace
+units, capped at the most a node with the pod's GPUs offers; every other column and the row order stay as they are. The output directory is a trace
 directory `bench.openb_replay` and `bench.binpack_sweep` read as they read the public one (it
 holds data derived from the trace, so keep it out of the repository).
 
@@ -27,17 +27,31 @@ from bench.openb_replay import (  # noqa: E402
     DEFAULT_PODS_FILE,
     POD_COLUMNS,
     TraceError,
+    TraceNode,
+    gpu_request,
+    read_nodes,
 )
 
 
-def scale_row(row: dict[str, str], cpu_scale: float, memory_scale: float) -> dict[str, str]:
-    """`row` with a GPU pod's cpu_milli and memory_mib scaled (CPU-only pods unchanged)."""
-    if int(row["num_gpu"] or 0) == 0 and int(row["gpu_milli"] or 0) == 0:
+def scale_row(
+    row: dict[str, str], cpu_scale: float, memory_scale: float, nodes: Sequence[TraceNode]
+) -> dict[str, str]:
+    """`row` with a GPU pod's cpu_milli and memory_mib scaled (CPU-only pods unchanged).
+
+    A scaled request is capped at the most any node with the pod's GPUs offers, so every pod
+    that fit some empty node still does (a pod no node can hold is no test of packing).
+    """
+    gpus = gpu_request(int(row["num_gpu"] or 0), int(row["gpu_milli"] or 0))
+    if gpus == 0:
         return row
+    able = [n for n in nodes if n.gpus >= gpus] or list(nodes)
+    cpu, memory = int(row["cpu_milli"]), int(row["memory_mib"])
     return {
         **row,
-        "cpu_milli": str(round(int(row["cpu_milli"]) * cpu_scale)),
-        "memory_mib": str(round(int(row["memory_mib"]) * memory_scale)),
+        "cpu_milli": str(max(cpu, min(round(cpu * cpu_scale), max(n.cpu_milli for n in able)))),
+        "memory_mib": str(
+            max(memory, min(round(memory * memory_scale), max(n.memory_mib for n in able)))
+        ),
     }
 
 
@@ -59,7 +73,8 @@ def derive(
         missing = [c for c in POD_COLUMNS if c not in fields]
         if missing:
             raise TraceError(f"{source / pods_file}: missing column(s) {', '.join(missing)}")
-        rows = [scale_row(row, cpu_scale, memory_scale) for row in reader]
+        nodes = read_nodes(source / nodes_file)
+        rows = [scale_row(row, cpu_scale, memory_scale, nodes) for row in reader]
     out = target / DEFAULT_PODS_FILE
     with out.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")

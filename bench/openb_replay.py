@@ -678,7 +678,16 @@ class ReplayCluster:
     def _clear_pods(self) -> None:
         assert self.api is not None
         path = f"/api/v1/namespaces/{NAMESPACE}/pods"
-        self.api.request("DELETE", f"{path}?gracePeriodSeconds=0")
+        for attempt in range(5):
+            try:
+                # A loaded API server can take longer than its default 60 s for 8,000 pods;
+                # the deletion goes on server-side, so asking again is safe.
+                self.api.request("DELETE", f"{path}?gracePeriodSeconds=0&timeout=300s")
+            except RuntimeError:
+                if attempt == 4:
+                    raise
+                continue
+            break
         left = self.api.request("GET", f"{path}?limit=1")["items"]
         if left:
             raise RuntimeError(f"pods left after deleting them all: {left[0]['metadata']['name']}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bench.binpack_sweep import POINTS, best, format_table, knobs, pareto, write_csv
 from bench.derive_trace import derive, scale_row
-from bench.openb_replay import Metrics, read_pods
+from bench.openb_replay import Metrics, TraceNode, read_pods
 from components.binpack_scheduler import render_config
 
 
@@ -72,11 +72,23 @@ def test_sweep_knobs_name_adaptive_sampling(tmp_path: Path) -> None:
     assert [(r["point"], r["pareto"]) for r in rows] == [("default", "true"), ("x", "false")]
 
 
+NODES = [
+    TraceNode(name="small", cpu_milli=96000, memory_mib=393216, gpus=8),
+    TraceNode(name="big", cpu_milli=16000, memory_mib=131072, gpus=2),
+]
+
+
 def test_derive_trace_scales_gpu_pods_only() -> None:
     gpu = {"cpu_milli": "6000", "memory_mib": "12288", "num_gpu": "0", "gpu_milli": "460"}
     cpu_only = {"cpu_milli": "6000", "memory_mib": "100", "num_gpu": "0", "gpu_milli": "0"}
-    assert scale_row(gpu, 1.5, 2) == {**gpu, "cpu_milli": "9000", "memory_mib": "24576"}
-    assert scale_row(cpu_only, 1.5, 2) == cpu_only
+    assert scale_row(gpu, 1.5, 2, NODES) == {**gpu, "cpu_milli": "9000", "memory_mib": "24576"}
+    assert scale_row(cpu_only, 1.5, 2, NODES) == cpu_only
+
+
+def test_derive_trace_caps_a_request_at_the_largest_node_with_its_gpus() -> None:
+    row = {"cpu_milli": "88000", "memory_mib": "327680", "num_gpu": "8", "gpu_milli": "1000"}
+    scaled = scale_row(row, 1.5, 1.5, NODES)
+    assert (scaled["cpu_milli"], scaled["memory_mib"]) == ("96000", "393216")
 
 
 def test_derive_trace_writes_a_trace_the_replay_reads(tmp_path: Path) -> None:

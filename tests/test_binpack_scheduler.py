@@ -62,10 +62,7 @@ def test_binpack_scheduler_config_uses_v1_and_requested_to_capacity_ratio() -> N
 
 
 def test_binpack_scheduler_config_balances_the_gpu_share_against_cpu_and_memory() -> None:
-    profile_in = SchedulerProfile(
-        balanced_weight=3, balanced_resources=("cpu", "memory", "nvidia.com/gpu")
-    )
-    (profile,) = render_config(profile_in)["profiles"]
+    (profile,) = render_config(SchedulerProfile())["profiles"]
     assert profile["plugins"] == {
         "score": {"enabled": [{"name": "NodeResourcesBalancedAllocation", "weight": 3}]}
     }

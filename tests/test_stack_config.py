@@ -264,8 +264,8 @@ def test_config_scheduler_defaults_match_the_binpack_profile() -> None:
         ("cpu", 1),
         ("memory", 1),
     ]
-    assert profile.balanced_weight == 1
-    assert list(profile.balanced_resources) == ["cpu", "memory"]
+    assert profile.balanced_weight == 3
+    assert list(profile.balanced_resources) == ["cpu", "memory", "nvidia.com/gpu"]
 
 
 def test_config_sets_balanced_allocation_weight_and_resources() -> None:
