@@ -14,6 +14,7 @@ import pytest
 
 from bench.openb_replay import (
     GPU,
+    ReplayCluster,
     TraceError,
     TraceNode,
     TracePod,
@@ -261,3 +262,30 @@ def test_openb_scheduler_config_renders_given_settings_with_their_sampling() -> 
         "disabled": [{"name": "NodeResourcesBalancedAllocation"}]
     }
     assert config["leaderElection"]["leaderElect"] is False
+
+
+class _SlowDeleteApi:
+    """The API server timing out on the first deletes of every pod, then done."""
+
+    def __init__(self, timeouts: int) -> None:
+        self.timeouts = timeouts
+        self.deletes = 0
+
+    def request(self, method: str, path: str) -> dict[str, Any]:
+        if method == "DELETE":
+            self.deletes += 1
+            if self.deletes <= self.timeouts:
+                raise RuntimeError(f"{method} {path}: HTTP 504: Timeout")
+            return {}
+        return {"items": []}
+
+
+def test_openb_clearing_pods_asks_again_when_the_api_server_times_out() -> None:
+    cluster: Any = object.__new__(ReplayCluster)  # no control plane: only the API is used
+    slow = _SlowDeleteApi(timeouts=2)
+    cluster.api = slow
+    cluster._clear_pods()
+    assert slow.deletes == 3
+    cluster.api = _SlowDeleteApi(timeouts=5)
+    with pytest.raises(RuntimeError, match="HTTP 504"):
+        cluster._clear_pods()
