@@ -1,8 +1,9 @@
 """Replay the openb GPU trace through the real kube-scheduler, default vs binpack profile.
 
-Every pod of the trace is created in a fresh harness control plane (etcd + kube-apiserver)
-with the trace's GPU nodes as fake, Ready Node objects, then kube-scheduler is started with
-one profile and the replay waits until each pod is bound or marked Unschedulable. Both
+Every pod of the trace is created in a harness control plane (etcd + kube-apiserver) with the
+trace's GPU nodes as fake, Ready Node objects, then kube-scheduler is started with one profile
+and the replay waits until each pod is bound or marked Unschedulable; for the next profile the
+pods are deleted and created again on the same nodes. Both
 profiles see the same nodes and the same pods in the same order (creation_time); both set
 percentageOfNodesToScore: 100 so every feasible node is scored.
 
@@ -13,7 +14,8 @@ pods (the kubelet default), and carries the GPU pool's taint, which every pod to
 trace nodes are GPU nodes, CPU-only pods included). No pod departs.
 
 Ordering: pods are created before the scheduler starts, named in trace order; the scheduler's
-first LIST returns them sorted by name, so its FIFO queue holds them in trace order. The
+first LIST (a plain LIST: its streaming list is turned off) returns them sorted by name, so its
+FIFO queue holds them in trace order. The
 scheduler's own log (-v=3, "Attempting to schedule pod") is checked for that order and the
 number of first attempts out of order is reported. With no departures, the pods bound before
 pod i are then exactly the bound pods that precede it in the trace, which is what the
@@ -63,6 +65,10 @@ NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "creation_time")
 POOL_TAINT = Taint()
 CLIENT_QPS = 5000
+# kube-scheduler v1.37 fills its informers with a streaming watch (the WatchListClient
+# feature), whose initial events did not come in name order here (288 of 300 first attempts
+# out of trace order in a 300-pod run); a plain LIST returns the pods sorted by name.
+SCHEDULER_FLAGS = ("--feature-gates=WatchListClient=false",)
 ATTEMPT = re.compile(r'"Attempting to schedule pod" pod="' + NAMESPACE + r"/p(\d+)-")
 
 
@@ -192,6 +198,8 @@ class Metrics:
     """First scheduling attempts that came before an earlier trace pod's (None: not checked)."""
     run: int = 1
     """Repetition number (--repeat): ties between equal nodes are broken at random."""
+    percentage_of_nodes_to_score: int | None = 100
+    """The profile's percentageOfNodesToScore (None: the scheduler's adaptive default)."""
 
 
 def compute_metrics(
@@ -308,7 +316,11 @@ def csv_row(m: Metrics) -> dict[str, str]:
     row = {
         "profile": m.profile,
         "run": str(m.run),
-        "percentage_of_nodes_to_score": "100",
+        "percentage_of_nodes_to_score": (
+            "adaptive"
+            if m.percentage_of_nodes_to_score is None
+            else str(m.percentage_of_nodes_to_score)
+        ),
         "nodes": str(m.nodes),
         "total_gpus": str(m.total_gpus),
         "pods": str(m.pods),
@@ -367,12 +379,20 @@ def format_table(results: Sequence[Metrics]) -> str:
 # ------------------------------------------------------------------- cluster objects
 
 
-def scheduler_config(profile: str, kubeconfig: str) -> tuple[str, dict[str, Any]]:
-    """(schedulerName, KubeSchedulerConfiguration) for `profile`, scoring every node."""
+def scheduler_config(
+    profile: str, kubeconfig: str, settings: SchedulerConfig | None = None
+) -> tuple[str, dict[str, Any]]:
+    """(schedulerName, KubeSchedulerConfiguration) for `profile`.
+
+    binpack is rendered from `settings` (default: the stack's default scheduler settings),
+    scoring every node unless the settings choose a percentageOfNodesToScore; default scores
+    every node.
+    """
     if profile == "binpack":
-        stack_profile = replace(
-            SchedulerConfig().profile, percentage_of_nodes_to_score=100, leader_elect=False
-        )
+        stack_profile = (settings or SchedulerConfig()).profile
+        if stack_profile.percentage_of_nodes_to_score is None and settings is None:
+            stack_profile = replace(stack_profile, percentage_of_nodes_to_score=100)
+        stack_profile = replace(stack_profile, leader_elect=False)
         config = render_config(stack_profile, kubeconfig=kubeconfig)
         name = stack_profile.scheduler_name
     elif profile == "default":
@@ -591,51 +611,103 @@ def _parallel(threads: int, work: Callable[[Any], None], items: Sequence[Any]) -
             pass
 
 
-def replay(
-    profile: str,
-    nodes: Sequence[TraceNode],
-    pods: Sequence[TracePod],
-    *,
-    threads: int = 16,
-    timeout: float = 1800.0,
-    log: Callable[[str], None] = print,
-) -> Metrics:
-    """One run in a fresh control plane: create nodes and pods, start the scheduler, wait."""
-    from tools.harness import LocalControlPlane
+class ReplayCluster:
+    """One harness control plane holding the trace's nodes; `run` replays the pods once.
 
-    with LocalControlPlane() as cp:
-        api = _Api(cp.server, cp.ssl_context())
-        scheduler_name, config = scheduler_config(profile, str(cp.kubeconfig_path))
+    Between runs every pod is deleted at once (grace period 0: no kubelet ever confirms a
+    deletion here), so each run starts from the same empty nodes. Use as a context manager.
+    """
+
+    def __init__(
+        self,
+        nodes: Sequence[TraceNode],
+        *,
+        threads: int = 16,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        from tools.harness import LocalControlPlane
+
+        self.nodes = nodes
+        self.threads = threads
+        self.log = log
+        self.cp = LocalControlPlane()
+        self.api: _Api | None = None
+
+    def __enter__(self) -> ReplayCluster:
+        self.cp.start()
+        try:
+            self.api = _Api(self.cp.server, self.cp.ssl_context())
+            started = time.monotonic()
+            self.cp.create_namespace(NAMESPACE)
+            _parallel(self.threads, self._create_node, self.nodes)
+            self.log(f"{len(self.nodes)} nodes created in {time.monotonic() - started:.0f} s")
+        except BaseException:
+            self.cp.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cp.stop()
+
+    def _create_node(self, node: TraceNode) -> None:
+        assert self.api is not None
+        api = self.api
+        api.request("POST", "/api/v1/nodes", {"metadata": {"name": node.name}})
+        # TaintNodesByCondition adds node.kubernetes.io/not-ready on create; no
+        # lifecycle controller runs to lift it, so the taints are set to the pool's.
+        api.request(
+            "PATCH", f"/api/v1/nodes/{node.name}", {"spec": {"taints": [POOL_TAINT.as_dict()]}}
+        )
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        capacity = node_capacity(node)
+        status = {
+            "capacity": capacity,
+            "allocatable": capacity,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
+        }
+        api.request("PATCH", f"/api/v1/nodes/{node.name}/status", {"status": status})
+
+    def _clear_pods(self) -> None:
+        assert self.api is not None
+        path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        for attempt in range(5):
+            try:
+                # A loaded API server can take longer than its default 60 s for 8,000 pods;
+                # the deletion goes on server-side, so asking again is safe.
+                self.api.request("DELETE", f"{path}?gracePeriodSeconds=0&timeout=300s")
+            except RuntimeError:
+                if attempt == 4:
+                    raise
+                continue
+            break
+        left = self.api.request("GET", f"{path}?limit=1")["items"]
+        if left:
+            raise RuntimeError(f"pods left after deleting them all: {left[0]['metadata']['name']}")
+
+    def run(
+        self,
+        profile: str,
+        pods: Sequence[TracePod],
+        *,
+        settings: SchedulerConfig | None = None,
+        timeout: float = 1800.0,
+    ) -> Metrics:
+        """Create the pods, start kube-scheduler with `profile` (`settings` for binpack), wait."""
+        assert self.api is not None
+        api, cp, log = self.api, self.cp, self.log
+        scheduler_name, config = scheduler_config(profile, str(cp.kubeconfig_path), settings)
         started = time.monotonic()
-
-        def create_node(node: TraceNode) -> None:
-            api.request("POST", "/api/v1/nodes", {"metadata": {"name": node.name}})
-            # TaintNodesByCondition adds node.kubernetes.io/not-ready on create; no
-            # lifecycle controller runs to lift it, so the taints are set to the pool's.
-            api.request(
-                "PATCH", f"/api/v1/nodes/{node.name}", {"spec": {"taints": [POOL_TAINT.as_dict()]}}
-            )
-            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            capacity = node_capacity(node)
-            status = {
-                "capacity": capacity,
-                "allocatable": capacity,
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True",
-                        "reason": "KubeletReady",
-                        "lastHeartbeatTime": now,
-                        "lastTransitionTime": now,
-                    }
-                ],
-            }
-            api.request("PATCH", f"/api/v1/nodes/{node.name}/status", {"status": status})
-
-        cp.create_namespace(NAMESPACE)
-        _parallel(threads, create_node, nodes)
+        self._clear_pods()
         _parallel(
-            threads,
+            self.threads,
             lambda item: api.request(
                 "POST",
                 f"/api/v1/namespaces/{NAMESPACE}/pods",
@@ -644,7 +716,7 @@ def replay(
             list(enumerate(pods)),
         )
         log(
-            f"[{profile}] {len(nodes)} nodes and {len(pods)} pods created in "
+            f"[{profile}] {len(pods)} pods created in "
             f"{time.monotonic() - started:.0f} s; starting kube-scheduler"
         )
 
@@ -681,7 +753,9 @@ def replay(
         watcher.start()
         begin = time.monotonic()
         with cp.start_scheduler(
-            yaml.safe_dump(config, sort_keys=False), extra_flags=["--v=3"], timeout=120
+            yaml.safe_dump(config, sort_keys=False),
+            extra_flags=["--v=3", *SCHEDULER_FLAGS],
+            timeout=120,
         ) as scheduler:
             while not done.wait(10):
                 log(f"[{profile}] {len(pods) - remaining[0]}/{len(pods)} decided")
@@ -695,7 +769,23 @@ def replay(
             attempts = first_attempts(scheduler.log())
         log(f"[{profile}] every pod decided in {wall:.1f} s")
         late = out_of_order_attempts(attempts) if len(attempts) == len(pods) else None
-        return compute_metrics(profile, nodes, pods, placed, wall, late, messages)
+        metrics = compute_metrics(profile, self.nodes, pods, placed, wall, late, messages)
+        percentage = config["profiles"][0].get("percentageOfNodesToScore")
+        return replace(metrics, percentage_of_nodes_to_score=percentage)
+
+
+def replay(
+    profile: str,
+    nodes: Sequence[TraceNode],
+    pods: Sequence[TracePod],
+    *,
+    threads: int = 16,
+    timeout: float = 1800.0,
+    log: Callable[[str], None] = print,
+) -> Metrics:
+    """One run in a fresh control plane: create nodes and pods, start the scheduler, wait."""
+    with ReplayCluster(nodes, threads=threads, log=log) as cluster:
+        return cluster.run(profile, pods, timeout=timeout)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -729,11 +819,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         pods = read_pods(args.trace / args.pods_file)[: args.limit]
     except TraceError as exc:
         parser.error(str(exc))
-    results = [
-        replace(replay(profile, nodes, pods, threads=args.threads), run=run)
-        for run in range(1, args.repeat + 1)
-        for profile in profiles
-    ]
+    with ReplayCluster(nodes, threads=args.threads) as cluster:
+        results = [
+            replace(cluster.run(profile, pods), run=run)
+            for run in range(1, args.repeat + 1)
+            for profile in profiles
+        ]
     print()
     print(format_table(results))
     write_csv(args.csv, results)

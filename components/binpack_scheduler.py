@@ -3,7 +3,9 @@
 The default profile spreads pods (LeastAllocated), so two 4-GPU nodes that each hold a 1-GPU
 pod leave no room for a 2-GPU pod. This profile scores nodes by how full they would be
 (NodeResourcesFit with the RequestedToCapacityRatio scoring strategy), weighting GPUs far
-above cpu and memory, so GPU pods fill one node before the next.
+above cpu and memory, so GPU pods fill one node before the next. NodeResourcesBalancedAllocation
+(weight 3, over cpu, memory and nvidia.com/gpu) keeps a node's GPU share in step with its cpu
+and memory shares, so packing does not use up a node's cpu or memory while its GPUs are free.
 
 It runs as a Deployment of registry.k8s.io/kube-scheduler:<kubernetesVersion> in kube-system,
 reading a kubescheduler.config.k8s.io/v1 configuration from a ConfigMap whose hash is a pod
@@ -28,7 +30,7 @@ from typing import Annotated, Any
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
 from components.cluster_access import ClusterAccess
 from components.settings import (
@@ -40,6 +42,7 @@ from components.settings import (
     is_qualified_name,
     problem,
     text,
+    unique,
 )
 
 TOKEN = "gpu-cluster:index:BinpackScheduler"
@@ -81,6 +84,12 @@ DEFAULT_WEIGHTS = (
     ResourceWeight(name="cpu", weight=1),
     ResourceWeight(name="memory", weight=1),
 )
+# Balancing the GPU share against the cpu and memory shares keeps packed nodes from running out
+# of cpu or memory first and stranding their free GPUs (bench/README.md, the sweep; upstream's
+# default is weight 1 over cpu and memory).
+DEFAULT_BALANCED_WEIGHT = 3
+DEFAULT_BALANCED_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
+BALANCED_ALLOCATION = "NodeResourcesBalancedAllocation"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +104,10 @@ class SchedulerProfile:
     """Resources scored, with weights."""
     percentage_of_nodes_to_score: int | None = None
     """Share of feasible nodes scored per pod; None keeps the scheduler's adaptive default."""
+    balanced_weight: int = DEFAULT_BALANCED_WEIGHT
+    """NodeResourcesBalancedAllocation's plugin weight; 0 disables the plugin."""
+    balanced_resources: Sequence[str] = DEFAULT_BALANCED_RESOURCES
+    """Resources whose requested shares BalancedAllocation keeps even on a node."""
     leader_elect: bool = True
     """Take part in leader election (off only for a single local process)."""
     lease_namespace: str = "kube-system"
@@ -125,6 +138,31 @@ RESOURCE_NAME = text(
 )
 
 
+class BalancedAllocationSettings(Settings):
+    """NodeResourcesBalancedAllocation in the binpack profile."""
+
+    weight: Annotated[
+        int, between(0, 100, "expected a plugin weight from 0 (plugin off) to 100")
+    ] = DEFAULT_BALANCED_WEIGHT
+    """Plugin weight in the node score (NodeResourcesFit's is 1); 0 turns the plugin off."""
+    resources: Annotated[
+        tuple[Annotated[str, RESOURCE_NAME], ...],
+        AfterValidator(unique("each resource at most once")),
+    ] = DEFAULT_BALANCED_RESOURCES
+    """Resources whose requested / allocatable shares the plugin keeps even (at least two)."""
+
+    @field_validator("resources")
+    @classmethod
+    def _two_or_more(cls, resources: tuple[str, ...]) -> tuple[str, ...]:
+        if len(resources) < 2:
+            raise problem(
+                "expected at least two resources (the plugin balances their shares), "
+                "e.g. [cpu, memory, nvidia.com/gpu]",
+                value=list(resources),
+            )
+        return resources
+
+
 class BinpackSchedulerSettings(Settings):
     """The bin-packing kube-scheduler (the stack config's scheduler)."""
 
@@ -141,6 +179,10 @@ class BinpackSchedulerSettings(Settings):
     """{resource name: weight} scored by the profile; at least one must be a GPU resource."""
     percentage_of_nodes_to_score: Annotated[int, between(0, 100)] | None = None
     """Share of feasible nodes scored per pod; unset keeps the scheduler's adaptive default."""
+    balanced_allocation: BalancedAllocationSettings = Field(
+        default_factory=lambda: BalancedAllocationSettings()
+    )
+    """NodeResourcesBalancedAllocation: prefer nodes whose resources end up used in even shares."""
 
     @field_validator("shape")
     @classmethod
@@ -181,6 +223,8 @@ class BinpackSchedulerSettings(Settings):
                 ResourceWeight(name=n, weight=w) for n, w in self.resource_weights.items()
             ),
             percentage_of_nodes_to_score=self.percentage_of_nodes_to_score,
+            balanced_weight=self.balanced_allocation.weight,
+            balanced_resources=self.balanced_allocation.resources,
         )
 
 
@@ -203,6 +247,24 @@ def render_config(profile: SchedulerProfile, kubeconfig: str | None = None) -> d
         "schedulerName": profile.scheduler_name,
         "pluginConfig": [{"name": "NodeResourcesFit", "args": fit_args}],
     }
+    # BalancedAllocation is a default score plugin (weight 1, cpu and memory); naming it in
+    # `enabled` replaces its weight, `disabled` removes it.
+    # Ref: https://kubernetes.io/docs/reference/scheduling/config/#scheduling-plugins
+    if profile.balanced_weight == 0:
+        entry["plugins"] = {"score": {"disabled": [{"name": BALANCED_ALLOCATION}]}}
+    else:
+        entry["plugins"] = {
+            "score": {"enabled": [{"name": BALANCED_ALLOCATION, "weight": profile.balanced_weight}]}
+        }
+        # The plugin accepts only weight 1 per resource: it balances shares, it does not weigh.
+        entry["pluginConfig"].append(
+            {
+                "name": BALANCED_ALLOCATION,
+                "args": {
+                    "resources": [{"name": r, "weight": 1} for r in profile.balanced_resources]
+                },
+            }
+        )
     if profile.percentage_of_nodes_to_score is not None:
         entry["percentageOfNodesToScore"] = profile.percentage_of_nodes_to_score
     config: dict[str, Any] = {

@@ -14,6 +14,7 @@ import pytest
 
 from bench.openb_replay import (
     GPU,
+    ReplayCluster,
     TraceError,
     TraceNode,
     TracePod,
@@ -32,6 +33,7 @@ from bench.openb_replay import (
     scheduler_config,
     write_csv,
 )
+from stack_config import SchedulerConfig
 
 POD_HEADER = (
     "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
@@ -248,3 +250,42 @@ def test_openb_follow_resumes_a_dropped_watch_and_relists_when_expired() -> None
     # Resumes from the bookmark's version after the drop, lists again after the 410.
     assert api.watched_from == ["101", "103", "103", "106"]
     assert seen == ["a", "b", "a", "b", "c", "d"]
+
+
+def test_openb_scheduler_config_renders_given_settings_with_their_sampling() -> None:
+    settings = SchedulerConfig.model_validate({"balancedAllocation": {"weight": 0}})
+    _, config = scheduler_config("binpack", "/kc", settings)
+    (profile,) = config["profiles"]
+    # Settings that leave percentageOfNodesToScore unset keep the adaptive default.
+    assert "percentageOfNodesToScore" not in profile
+    assert profile["plugins"]["score"] == {
+        "disabled": [{"name": "NodeResourcesBalancedAllocation"}]
+    }
+    assert config["leaderElection"]["leaderElect"] is False
+
+
+class _SlowDeleteApi:
+    """The API server timing out on the first deletes of every pod, then done."""
+
+    def __init__(self, timeouts: int) -> None:
+        self.timeouts = timeouts
+        self.deletes = 0
+
+    def request(self, method: str, path: str) -> dict[str, Any]:
+        if method == "DELETE":
+            self.deletes += 1
+            if self.deletes <= self.timeouts:
+                raise RuntimeError(f"{method} {path}: HTTP 504: Timeout")
+            return {}
+        return {"items": []}
+
+
+def test_openb_clearing_pods_asks_again_when_the_api_server_times_out() -> None:
+    cluster: Any = object.__new__(ReplayCluster)  # no control plane: only the API is used
+    slow = _SlowDeleteApi(timeouts=2)
+    cluster.api = slow
+    cluster._clear_pods()
+    assert slow.deletes == 3
+    cluster.api = _SlowDeleteApi(timeouts=5)
+    with pytest.raises(RuntimeError, match="HTTP 504"):
+        cluster._clear_pods()

@@ -46,7 +46,7 @@ def test_binpack_scheduler_config_uses_v1_and_requested_to_capacity_ratio() -> N
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
     (profile,) = config["profiles"]
     assert profile["schedulerName"] == "gpu-binpack-scheduler"
-    (plugin,) = profile["pluginConfig"]
+    plugin = profile["pluginConfig"][0]
     assert plugin["name"] == "NodeResourcesFit"
     strategy = plugin["args"]["scoringStrategy"]
     assert strategy["type"] == "RequestedToCapacityRatio"
@@ -59,6 +59,32 @@ def test_binpack_scheduler_config_uses_v1_and_requested_to_capacity_ratio() -> N
         {"utilization": 0, "score": 0},
         {"utilization": 100, "score": 10},
     ]
+
+
+def test_binpack_scheduler_config_balances_the_gpu_share_against_cpu_and_memory() -> None:
+    (profile,) = render_config(SchedulerProfile())["profiles"]
+    assert profile["plugins"] == {
+        "score": {"enabled": [{"name": "NodeResourcesBalancedAllocation", "weight": 3}]}
+    }
+    balanced = {c["name"]: c["args"] for c in profile["pluginConfig"]}[
+        "NodeResourcesBalancedAllocation"
+    ]
+    # kube-scheduler accepts only weight 1 for each of this plugin's resources.
+    assert balanced == {
+        "resources": [
+            {"name": "cpu", "weight": 1},
+            {"name": "memory", "weight": 1},
+            {"name": "nvidia.com/gpu", "weight": 1},
+        ]
+    }
+
+
+def test_binpack_scheduler_config_weight_zero_disables_balanced_allocation() -> None:
+    (profile,) = render_config(SchedulerProfile(balanced_weight=0))["profiles"]
+    assert profile["plugins"] == {
+        "score": {"disabled": [{"name": "NodeResourcesBalancedAllocation"}]}
+    }
+    assert [c["name"] for c in profile["pluginConfig"]] == ["NodeResourcesFit"]
 
 
 def test_binpack_scheduler_config_has_its_own_lease() -> None:

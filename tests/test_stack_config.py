@@ -261,6 +261,49 @@ def test_config_scheduler_defaults_match_the_binpack_profile() -> None:
         ("cpu", 1),
         ("memory", 1),
     ]
+    assert profile.balanced_weight == 3
+    assert list(profile.balanced_resources) == ["cpu", "memory", "nvidia.com/gpu"]
+
+
+def test_config_sets_balanced_allocation_weight_and_resources() -> None:
+    balanced = {"weight": 0, "resources": ["cpu", "nvidia.com/gpu"]}
+    profile = _parse(scheduler={"balancedAllocation": balanced}).scheduler.profile
+    assert (profile.balanced_weight, list(profile.balanced_resources)) == (
+        0,
+        ["cpu", "nvidia.com/gpu"],
+    )
+
+
+@pytest.mark.parametrize("weight", [-1, 101, 2.5, "3", True])
+def test_config_rejects_balanced_allocation_weight_out_of_range(weight: Any) -> None:
+    problems = _problems(scheduler={"balancedAllocation": {"weight": weight}})
+    assert problems == [
+        f"gpu-cluster:scheduler.balancedAllocation.weight: got {weight!r}; "
+        "expected a plugin weight from 0 (plugin off) to 100"
+    ]
+
+
+def test_config_rejects_balanced_allocation_over_one_resource() -> None:
+    problems = _problems(scheduler={"balancedAllocation": {"resources": ["nvidia.com/gpu"]}})
+    assert problems == [
+        "gpu-cluster:scheduler.balancedAllocation.resources: got ['nvidia.com/gpu']; expected "
+        "at least two resources (the plugin balances their shares), e.g. [cpu, memory, "
+        "nvidia.com/gpu]"
+    ]
+
+
+def test_config_rejects_balanced_allocation_resource_twice_or_unrequestable() -> None:
+    problems = _problems(scheduler={"balancedAllocation": {"resources": ["cpu", "gpu", "cpu"]}})
+    assert problems == [
+        "gpu-cluster:scheduler.balancedAllocation.resources[1]: got 'gpu'; expected a resource "
+        "a pod can request: cpu, memory, ephemeral-storage, hugepages-<size> or domain/name "
+        "(e.g. nvidia.com/gpu)",
+    ]
+    (twice,) = _problems(scheduler={"balancedAllocation": {"resources": ["cpu", "cpu"]}})
+    assert twice == (
+        "gpu-cluster:scheduler.balancedAllocation.resources[1]: got 'cpu'; "
+        "each resource at most once"
+    )
 
 
 @pytest.mark.parametrize("weight", [0, -3, 1.5, "100"])

@@ -1,0 +1,116 @@
+"""Derive another trace in the openb format: the same pods with heavier cpu or memory requests.
+
+The node list is copied unchanged; in the pod list, the GPU pods' (num_gpu > 0 or gpu_milli > 0)
+cpu_milli and memory_mib are multiplied by --cpu-scale and --memory-scale and rounded to whole
+units, capped at the most a node with the pod's GPUs offers; every other column and the row order stay as they are. The output directory is a trace
+directory `bench.openb_replay` and `bench.binpack_sweep` read as they read the public one (it
+holds data derived from the trace, so keep it out of the repository).
+
+    .venv/bin/python -m bench.derive_trace ../shared/traces/openb /tmp/openb-cpu1.5 --cpu-scale 1.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from bench.openb_replay import (  # noqa: E402
+    DEFAULT_NODES_FILE,
+    DEFAULT_PODS_FILE,
+    POD_COLUMNS,
+    TraceError,
+    TraceNode,
+    gpu_request,
+    read_nodes,
+)
+
+
+def scale_row(
+    row: dict[str, str], cpu_scale: float, memory_scale: float, nodes: Sequence[TraceNode]
+) -> dict[str, str]:
+    """`row` with a GPU pod's cpu_milli and memory_mib scaled (CPU-only pods unchanged).
+
+    A scaled request is capped at the most any node with the pod's GPUs offers, so every pod
+    that fit some empty node still does (a pod no node can hold is no test of packing).
+    """
+    gpus = gpu_request(int(row["num_gpu"] or 0), int(row["gpu_milli"] or 0))
+    if gpus == 0:
+        return row
+    able = [n for n in nodes if n.gpus >= gpus] or list(nodes)
+    cpu, memory = int(row["cpu_milli"]), int(row["memory_mib"])
+    return {
+        **row,
+        "cpu_milli": str(max(cpu, min(round(cpu * cpu_scale), max(n.cpu_milli for n in able)))),
+        "memory_mib": str(
+            max(memory, min(round(memory * memory_scale), max(n.memory_mib for n in able)))
+        ),
+    }
+
+
+def derive(
+    source: Path,
+    target: Path,
+    *,
+    cpu_scale: float = 1.0,
+    memory_scale: float = 1.0,
+    pods_file: str = DEFAULT_PODS_FILE,
+    nodes_file: str = DEFAULT_NODES_FILE,
+) -> Path:
+    """Write the derived trace directory `target`; returns its pod list."""
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source / nodes_file, target / DEFAULT_NODES_FILE)
+    with (source / pods_file).open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        fields = list(reader.fieldnames or [])
+        missing = [c for c in POD_COLUMNS if c not in fields]
+        if missing:
+            raise TraceError(f"{source / pods_file}: missing column(s) {', '.join(missing)}")
+        nodes = read_nodes(source / nodes_file)
+        rows = [scale_row(row, cpu_scale, memory_scale, nodes) for row in reader]
+    out = target / DEFAULT_PODS_FILE
+    with out.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("trace", type=Path, help="source trace directory")
+    parser.add_argument("target", type=Path, help="directory to write the derived trace to")
+    parser.add_argument("--cpu-scale", type=float, default=1.0, help="GPU pods' cpu factor")
+    parser.add_argument("--memory-scale", type=float, default=1.0, help="GPU pods' memory factor")
+    parser.add_argument("--pods-file", default=DEFAULT_PODS_FILE, help="pod list in trace")
+    parser.add_argument("--nodes-file", default=DEFAULT_NODES_FILE, help="node list in trace")
+    args = parser.parse_args(argv)
+    for flag, value in (("--cpu-scale", args.cpu_scale), ("--memory-scale", args.memory_scale)):
+        if not 0 < value <= 10:
+            parser.error(f"{flag} {value}: expected a factor above 0 and at most 10")
+    if args.target.resolve() == args.trace.resolve():
+        parser.error(f"target {args.target}: expected a directory other than the source trace")
+    try:
+        out = derive(
+            args.trace,
+            args.target,
+            cpu_scale=args.cpu_scale,
+            memory_scale=args.memory_scale,
+            pods_file=args.pods_file,
+            nodes_file=args.nodes_file,
+        )
+    except (OSError, TraceError, ValueError) as exc:
+        parser.error(str(exc))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
