@@ -182,7 +182,8 @@ def register(
     recording = recording if recording is not None else Recording()
     mocks = Mocks()
     settings.ROOT.set(None)  # a fresh root stack, so exports of earlier tests do not linger
-    pulumi.runtime.set_all_config(dict(config or {}))
+    # No secret keys left from an earlier run (the SDK keeps them when none are given).
+    pulumi.runtime.set_all_config(dict(config or {}), [])
     pulumi.runtime.set_mocks(
         mocks,
         project="gpu-cluster",
