@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pulumi.dynamic import ConfigureRequest, ResourceProvider
 
-from components.providers.node_api import flatten_kubeconfig
+from components.providers.node_api import NodeApiError, flatten_kubeconfig
 
 PROJECT = "gpu-cluster"
 KUBECONFIG_KEY = f"{PROJECT}:kubeconfig"
@@ -103,3 +104,22 @@ def from_stack_config(config: Any) -> Credentials:
         kubeconfig_content(str(config.get(KUBECONFIG_KEY) or "")),
         str(config.get(CONTEXT_KEY) or "") or None,
     )
+
+
+class RunCredentials(ResourceProvider):
+    """A dynamic provider that reaches the cluster with the current run's credentials."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._credentials: Credentials | None = None
+
+    def configure(self, req: ConfigureRequest) -> None:
+        """Called by the engine with the stack's config before the provider's first call."""
+        self._credentials = from_stack_config(req.config)
+
+    def credentials(self) -> tuple[str, str | None]:
+        """(kubeconfig content, context) of this run."""
+        if self._credentials is None:
+            # Never fall back to ambient or stored credentials: either could be another cluster.
+            raise NodeApiError("no cluster credentials: the engine did not configure the provider")
+        return self._credentials.kubeconfig, self._credentials.context

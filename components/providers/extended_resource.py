@@ -21,20 +21,17 @@ from typing import Any
 
 import pulumi
 from pulumi.dynamic import (
-    ConfigureRequest,
     CreateResult,
     DiffResult,
     ReadResult,
     Resource,
-    ResourceProvider,
     UpdateResult,
 )
 
-from components.providers.credentials import Credentials, from_stack_config
+from components.providers.credentials import RunCredentials
 from components.providers.node_api import (
     Connect,
     NodeApi,
-    NodeApiError,
     NodeNotFound,
     connect,
     json_pointer_escape,
@@ -57,23 +54,15 @@ def live_quantity(node: dict[str, Any], resource: str) -> int | None:
     return int(value) if value is not None else None
 
 
-class ExtendedResourceProvider(ResourceProvider):
+class ExtendedResourceProvider(RunCredentials):
     """CRUD for `status.capacity[<resource>]` of one node."""
 
     def __init__(self, connect_api: Connect = connect) -> None:
         super().__init__()
         self._connect = connect_api
-        self._credentials: Credentials | None = None
-
-    def configure(self, req: ConfigureRequest) -> None:
-        """The current run's credentials (see components/providers/credentials.py)."""
-        self._credentials = from_stack_config(req.config)
 
     def _api(self, props: dict[str, Any]) -> NodeApi:
-        if self._credentials is None:
-            # Never fall back to ambient or stored credentials: either could be another cluster.
-            raise NodeApiError("no cluster credentials: the engine did not configure the provider")
-        return self._connect(self._credentials.kubeconfig, self._credentials.context)
+        return self._connect(*self.credentials())
 
     def _advertise(self, props: dict[str, Any]) -> dict[str, Any]:
         api, node, resource = self._api(props), props["node"], props["resource"]

@@ -30,16 +30,14 @@ import yaml
 from pulumi.dynamic import (
     CheckFailure,
     CheckResult,
-    ConfigureRequest,
     CreateResult,
     DiffResult,
     ReadResult,
     Resource,
-    ResourceProvider,
     UpdateResult,
 )
 
-from components.providers.credentials import Credentials, from_stack_config
+from components.providers.credentials import RunCredentials
 from components.providers.node_api import (
     FIELD_MANAGER,
     Mutate,
@@ -362,23 +360,15 @@ def _wanted(props: Mapping[str, Any]) -> dict[str, dict[str, dict[str, str]]]:
     return wanted_items(list(props.get("admission_plugins") or []), props.get("gates") or {})
 
 
-class KubeadmConfigProvider(ResourceProvider):
+class KubeadmConfigProvider(RunCredentials):
     """CRUD for one stack's additions to kube-system/kubeadm-config."""
 
     def __init__(self, connect_api: Connect = connect) -> None:
         super().__init__()
         self._connect = connect_api
-        self._credentials: Credentials | None = None
-
-    def configure(self, req: ConfigureRequest) -> None:
-        """The current run's credentials (see components/providers/credentials.py)."""
-        self._credentials = from_stack_config(req.config)
 
     def _api(self, _props: Mapping[str, Any]) -> ConfigMapApi:
-        if self._credentials is None:
-            # Never fall back to ambient or stored credentials: either could be another cluster.
-            raise NodeApiError("no cluster credentials: the engine did not configure the provider")
-        return self._connect(self._credentials.kubeconfig, self._credentials.context)
+        return self._connect(*self.credentials())
 
     def _apply(self, props: Mapping[str, Any]) -> dict[str, Any]:
         api = self._api(props)

@@ -29,15 +29,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from pulumi.dynamic import (
-    ConfigureRequest,
     CreateResult,
     DiffResult,
     ReadResult,
-    ResourceProvider,
     UpdateResult,
 )
 
-from components.providers.credentials import Credentials, from_stack_config
+from components.providers.credentials import RunCredentials
 from components.providers.node_api import (
     CONNECTIONS,
     Connect,
@@ -102,7 +100,7 @@ def merge_patches(*patches: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return merged or None
 
 
-class NodeSetProvider(ResourceProvider):
+class NodeSetProvider(RunCredentials):
     """CRUD of one layer's edit on a set of nodes; subclasses say what a node's edit is.
 
     A subclass implements `wanted` (props -> {node: spec}), `claim` (apply a spec to one
@@ -119,17 +117,9 @@ class NodeSetProvider(ResourceProvider):
         super().__init__()
         self._connect = connect_api
         self._workers = workers
-        self._credentials: Credentials | None = None
-
-    def configure(self, req: ConfigureRequest) -> None:
-        """The current run's credentials (see components/providers/credentials.py)."""
-        self._credentials = from_stack_config(req.config)
 
     def _api(self) -> NodeApi:
-        if self._credentials is None:
-            # Never fall back to ambient or stored credentials: either could be another cluster.
-            raise NodeApiError("no cluster credentials: the engine did not configure the provider")
-        return self._connect(self._credentials.kubeconfig, self._credentials.context)
+        return self._connect(*self.credentials())
 
     # What a subclass says about one node.
 

@@ -24,21 +24,18 @@ from typing import Any
 
 import pulumi
 from pulumi.dynamic import (
-    ConfigureRequest,
     CreateResult,
     DiffResult,
     ReadResult,
     Resource,
-    ResourceProvider,
     UpdateResult,
 )
 
-from components.providers.credentials import Credentials, from_stack_config
+from components.providers.credentials import RunCredentials
 from components.providers.node_api import (
     Connect,
     Mutate,
     NodeApi,
-    NodeApiError,
     NodeNotFound,
     connect,
     owned_by_another,
@@ -139,23 +136,15 @@ def equal_taint(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return all((a.get(f) or "") == (b.get(f) or "") for f in ("key", "value", "effect"))
 
 
-class NodeTaintProvider(ResourceProvider):
+class NodeTaintProvider(RunCredentials):
     """CRUD for one (key, effect) taint on one node."""
 
     def __init__(self, connect_api: Connect = connect) -> None:
         super().__init__()
         self._connect = connect_api
-        self._credentials: Credentials | None = None
-
-    def configure(self, req: ConfigureRequest) -> None:
-        """The current run's credentials (see components/providers/credentials.py)."""
-        self._credentials = from_stack_config(req.config)
 
     def _api(self, props: Mapping[str, Any]) -> NodeApi:
-        if self._credentials is None:
-            # Never fall back to ambient or stored credentials: either could be another cluster.
-            raise NodeApiError("no cluster credentials: the engine did not configure the provider")
-        return self._connect(self._credentials.kubeconfig, self._credentials.context)
+        return self._connect(*self.credentials())
 
     def _claim(self, props: Mapping[str, Any]) -> dict[str, Any]:
         api = self._api(props)
