@@ -29,14 +29,11 @@ if str(REPO_ROOT) not in sys.path:
 
 from bench.openb_replay import (  # noqa: E402
     CSV_FIELDS,
-    DEFAULT_NODES_FILE,
-    DEFAULT_PODS_FILE,
     Metrics,
     ReplayCluster,
-    TraceError,
+    add_trace_arguments,
     csv_row,
-    read_nodes,
-    read_pods,
+    load_trace,
 )
 from stack_config import SchedulerConfig  # noqa: E402
 
@@ -204,12 +201,7 @@ def write_csv(path: Path, rows: Sequence[tuple[Metrics, Mapping[str, Any] | None
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("trace", type=Path, help="trace directory (e.g. ../shared/traces/openb)")
-    parser.add_argument("--pods-file", default=DEFAULT_PODS_FILE, help="pod list in trace")
-    parser.add_argument("--nodes-file", default=DEFAULT_NODES_FILE, help="node list in trace")
-    parser.add_argument("--csv", type=Path, default=DEFAULT_CSV, help="CSV to write")
-    parser.add_argument("--limit", type=int, help="replay only the first N pods")
-    parser.add_argument("--node-limit", type=int, help="use only the first N nodes")
+    add_trace_arguments(parser, DEFAULT_CSV)
     parser.add_argument(
         "--points",
         help=f"comma-separated subset of: {', '.join(p.label for p in POINTS)} (default: all)",
@@ -224,15 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"--points {args.points!r}: expected some of {', '.join(p.label for p in POINTS)}"
             )
         points = [p for p in POINTS if p.label in wanted]
-    for flag, value in (("--limit", args.limit), ("--node-limit", args.node_limit)):
-        if value is not None and value < 1:
-            parser.error(f"{flag} {value}: expected an integer >= 1")
+    nodes, pods = load_trace(parser, args)
     settings = [p.settings() for p in points]  # a bad point fails here, before any run
-    try:
-        nodes = read_nodes(args.trace / args.nodes_file)[: args.node_limit]
-        pods = read_pods(args.trace / args.pods_file)[: args.limit]
-    except TraceError as exc:
-        parser.error(str(exc))
     rows: list[tuple[Metrics, Mapping[str, Any] | None]] = []
     with ReplayCluster(nodes) as cluster:
         reference = cluster.run("default", pods)

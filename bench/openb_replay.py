@@ -788,14 +788,34 @@ def replay(
         return cluster.run(profile, pods, timeout=timeout)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_trace_arguments(parser: argparse.ArgumentParser, csv_default: Path) -> None:
+    """The arguments naming a trace and its slice (the replay's and the sweep's)."""
     parser.add_argument("trace", type=Path, help="trace directory (e.g. ../shared/traces/openb)")
     parser.add_argument("--pods-file", default=DEFAULT_PODS_FILE, help="pod list in trace")
     parser.add_argument("--nodes-file", default=DEFAULT_NODES_FILE, help="node list in trace")
-    parser.add_argument("--csv", type=Path, default=DEFAULT_CSV, help="CSV to write")
+    parser.add_argument("--csv", type=Path, default=csv_default, help="CSV to write")
     parser.add_argument("--limit", type=int, help="replay only the first N pods")
     parser.add_argument("--node-limit", type=int, help="use only the first N nodes")
+
+
+def load_trace(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[list[TraceNode], list[TracePod]]:
+    """The nodes and pods `add_trace_arguments` named; a bad limit or trace is a usage error."""
+    for flag, value in (("--limit", args.limit), ("--node-limit", args.node_limit)):
+        if value is not None and value < 1:
+            parser.error(f"{flag} {value}: expected an integer >= 1")
+    try:
+        nodes = read_nodes(args.trace / args.nodes_file)[: args.node_limit]
+        pods = read_pods(args.trace / args.pods_file)[: args.limit]
+    except TraceError as exc:
+        parser.error(str(exc))
+    return nodes, pods
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_trace_arguments(parser, DEFAULT_CSV)
     parser.add_argument(
         "--profiles", default=",".join(PROFILES), help="comma-separated: default,binpack"
     )
@@ -806,19 +826,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [p for p in profiles if p not in PROFILES]
     if unknown or not profiles:
         parser.error(f"--profiles {args.profiles!r}: expected some of {', '.join(PROFILES)}")
-    for flag, value in (
-        ("--limit", args.limit),
-        ("--node-limit", args.node_limit),
-        ("--repeat", args.repeat),
-        ("--threads", args.threads),
-    ):
-        if value is not None and value < 1:
+    for flag, value in (("--repeat", args.repeat), ("--threads", args.threads)):
+        if value < 1:
             parser.error(f"{flag} {value}: expected an integer >= 1")
-    try:
-        nodes = read_nodes(args.trace / args.nodes_file)[: args.node_limit]
-        pods = read_pods(args.trace / args.pods_file)[: args.limit]
-    except TraceError as exc:
-        parser.error(str(exc))
+    nodes, pods = load_trace(parser, args)
     with ReplayCluster(nodes, threads=args.threads) as cluster:
         results = [
             replace(cluster.run(profile, pods), run=run)

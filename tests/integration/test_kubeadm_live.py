@@ -198,6 +198,16 @@ def _pod_tolerations(cp: LocalControlPlane) -> list[tuple[str, str, str]]:
     return [(str(t.key), str(t.operator), str(t.effect)) for t in tolerations if t.key == RESOURCE]
 
 
+DEV_PLUGIN_ONLY = {
+    "stack": "dev",
+    "admission_plugins": ["ExtendedResourceToleration"],
+    "feature_gates": {},
+    "gates": {},
+    "notes": {},
+}
+"""The dev stack's ConfigMap edit: the admission plugin, no gates."""
+
+
 def _configured(control_plane: LocalControlPlane) -> KubeadmConfigProvider:
     """The provider configured with the stack's credentials, as the engine configures it."""
     provider = KubeadmConfigProvider()
@@ -416,15 +426,7 @@ def test_kubeadm_live_host_regenerates_with_kubeadms_upgrade_phase(
     apiserver = real.manifests / "kube-apiserver.yaml"
     before = apiserver.read_text()
     unchanged = {c: kubelet.seen[c] for c in COMPONENTS if c != "kube-apiserver"}
-    _configured(control_plane).create(
-        {
-            "stack": "dev",
-            "admission_plugins": ["ExtendedResourceToleration"],
-            "feature_gates": {},
-            "gates": {},
-            "notes": {},
-        }
-    )
+    _configured(control_plane).create(dict(DEV_PLUGIN_ONLY))
     (tmp_path / "host").mkdir()
     host = FakeHost(tmp_path / "host")
     command = registered_commands(host, feature_gates={})["cpf-control-plane-cp-1"]
@@ -450,15 +452,7 @@ def test_kubeadm_live_host_failure_is_rolled_back_by_kubeadm_and_stops_the_comma
     kubelet.stop()  # the new kube-apiserver never comes up
     apiserver = real.manifests / "kube-apiserver.yaml"
     before = apiserver.read_text()
-    _configured(control_plane).create(
-        {
-            "stack": "dev",
-            "admission_plugins": ["ExtendedResourceToleration"],
-            "feature_gates": {},
-            "gates": {},
-            "notes": {},
-        }
-    )
+    _configured(control_plane).create(dict(DEV_PLUGIN_ONLY))
     (tmp_path / "host").mkdir()
     host = FakeHost(tmp_path / "host")
     command = registered_commands(host, feature_gates={})["cpf-control-plane-cp-1"]
