@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -93,6 +94,9 @@ class KubernetesObjects:
         self.ready_timeout = ready_timeout
         self.delete_timeout = delete_timeout
         self._clients: dict[str, dynamic.DynamicClient] = {}
+        # The client's discovery is not thread-safe: a miss (a kind whose CRD was just
+        # installed) resets its cache while other threads read it (KeyError 'resources').
+        self._discovery = threading.Lock()
         self.servers: dict[str, str] = {}
         """Provider id -> the API server its kubeconfig points at."""
 
@@ -126,7 +130,8 @@ class KubernetesObjects:
         return f"{FIELD_MANAGER}-patch-{res.name}"[:128] if patch else FIELD_MANAGER
 
     def _api(self, api: dynamic.DynamicClient, body: Mapping[str, Any]) -> tuple[Any, str | None]:
-        resource = api.resources.get(api_version=body["apiVersion"], kind=body["kind"])
+        with self._discovery:
+            resource = api.resources.get(api_version=body["apiVersion"], kind=body["kind"])
         namespace = None
         if resource.namespaced:
             namespace = (body.get("metadata") or {}).get("namespace") or "default"
