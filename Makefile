@@ -4,13 +4,13 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help demo venv tools pulumi-tools tools-if-available lint test test-fast preview-dev clean
+.PHONY: help demo venv tools pulumi-tools tools-if-available go-test lint test test-fast preview-dev clean
 
 help:
 	@echo "make demo         the whole stack on a local cluster: up, GPU pods scheduled and gated, destroy"
-	@echo "make test         set up .venv, build the pinned tools, lint (ruff, mypy), run every test"
+	@echo "make test         set up .venv, build the pinned tools, lint (ruff, mypy), run every test (Go's too)"
 	@echo "make test-fast    lint and run the tests that need no built tools"
-	@echo "make tools        build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubeadm, kwok, OPA, promtool, the monitoring CRDs and the Pulumi CLI into .tools/bin"
+	@echo "make tools        build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubeadm, gpu-binpack-scheduler, kwok, OPA, promtool, the monitoring CRDs and the Pulumi CLI into .tools/bin"
 	@echo "make pulumi-tools build the Pulumi CLI and the Python plugin scripts into .tools/bin"
 	@echo "make preview-dev  pulumi preview --stack dev (needs the Pulumi CLI and a kubeconfig)"
 
@@ -39,6 +39,12 @@ tools-if-available:
 	elif [ "$${CI:-}" = "true" ]; then echo "error: go is required to build the test tools under CI" >&2; exit 1; \
 	else echo "==> go not found: integration tests will be skipped (install Go, then: make tools)"; fi
 
+# The scheduler plugin's Go unit tests (scheduler/); like the tools, they need Go.
+go-test:
+	@if command -v go >/dev/null 2>&1; then bash tools/test-scheduler.sh; \
+	elif [ "$${CI:-}" = "true" ]; then echo "error: go is required for the scheduler plugin's tests under CI" >&2; exit 1; \
+	else echo "==> go not found: the scheduler plugin's Go tests are skipped"; fi
+
 lint: venv
 	@echo "==> ruff"
 	$(BIN)/ruff check .
@@ -46,7 +52,7 @@ lint: venv
 	@echo "==> mypy"
 	$(BIN)/mypy .
 
-test: venv tools-if-available lint
+test: venv tools-if-available lint go-test
 	@echo "==> pytest"
 	$(BIN)/python -m pytest
 

@@ -7,6 +7,9 @@
 #   kube-controller-manager  k8s.io/kubernetes/cmd/kube-controller-manager  v1.37.2  (tools/go/kubernetes)
 #   kube-scheduler           k8s.io/kubernetes/cmd/kube-scheduler           v1.37.2  (tools/go/kubernetes)
 #   kubeadm                  k8s.io/kubernetes/cmd/kubeadm                  v1.37.2  (tools/go/kubernetes)
+#   gpu-binpack-scheduler    kube-scheduler v1.37.2 with the GpuFragmentation score plugin
+#                            (scheduler/, the stack's own module, not a wrapper: its unit tests
+#                            run with `make test`)
 #   kwok                     sigs.k8s.io/kwok/cmd/kwok                      v0.8.0   (tools/go/kwok;
 #                            simulated kubelets; kwok-stages.yaml: its default node and pod stages,
 #                            from the same module zip)
@@ -81,6 +84,12 @@ build_k8s() {
   build "$1" "${k8s_version}" "${go_dir}/kubernetes" "k8s.io/kubernetes/cmd/$1" "$(k8s_ldflags)"
 }
 
+# The scheduler with the GpuFragmentation plugin (the product's own Go module, scheduler/): the
+# same version stamps as kube-scheduler, whose k8s.io/kubernetes version its go.mod pins.
+build_gpu_binpack_scheduler() {
+  build gpu-binpack-scheduler "${k8s_version}" "${repo_root}/scheduler" ./cmd/kube-scheduler "$(k8s_ldflags)"
+}
+
 build_kwok() {
   # sigs.k8s.io/kwok/pkg/consts.Version is already "0.8.0" in the released module.
   build kwok "${kwok_version}" "${go_dir}/kwok" sigs.k8s.io/kwok/cmd/kwok "-s -w"
@@ -139,7 +148,7 @@ build_promql_metrics() {
 
 tools=("$@")
 if [[ ${#tools[@]} -eq 0 ]]; then
-  tools=(opa etcd kube-apiserver kube-controller-manager kube-scheduler kubeadm kwok monitoring-crds promtool promql-metrics)
+  tools=(opa etcd kube-apiserver kube-controller-manager kube-scheduler kubeadm gpu-binpack-scheduler kwok monitoring-crds promtool promql-metrics)
 fi
 
 for tool in "${tools[@]}"; do
@@ -147,11 +156,12 @@ for tool in "${tools[@]}"; do
     opa) build_opa ;;
     etcd) build_etcd ;;
     kube-apiserver|kube-controller-manager|kube-scheduler|kubeadm) build_k8s "${tool}" ;;
+    gpu-binpack-scheduler) build_gpu_binpack_scheduler ;;
     kwok) build_kwok ;;
     monitoring-crds) build_monitoring_crds ;;
     promtool) build_promtool ;;
     promql-metrics) build_promql_metrics ;;
-    *) echo "unknown tool: ${tool} (known: opa etcd kube-apiserver kube-controller-manager kube-scheduler kubeadm kwok monitoring-crds promtool promql-metrics)" >&2; exit 2 ;;
+    *) echo "unknown tool: ${tool} (known: opa etcd kube-apiserver kube-controller-manager kube-scheduler kubeadm gpu-binpack-scheduler kwok monitoring-crds promtool promql-metrics)" >&2; exit 2 ;;
   esac
 done
 echo "tools in ${bin_dir}"

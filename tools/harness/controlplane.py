@@ -735,8 +735,12 @@ class LocalControlPlane(Lifecycle):
         extra_flags: Sequence[str] = (),
         timeout: float = 60.0,
         wait_ready: bool = True,
+        binary: str = "kube-scheduler",
     ) -> SchedulerHandle:
         """Start kube-scheduler against this API server and wait for ``/healthz``.
+
+        ``binary`` is the built tool to run: kube-scheduler, or gpu-binpack-scheduler
+        (kube-scheduler with the GpuFragmentation plugin, from scheduler/).
 
         ``config_yaml`` is a ``KubeSchedulerConfiguration`` document (empty: the
         default profile). kube-scheduler ignores ``--kubeconfig`` when
@@ -745,7 +749,7 @@ class LocalControlPlane(Lifecycle):
         defaults to false. With ``wait_ready`` the call also waits until
         ``/readyz`` answers 200 (informers synced).
         """
-        scheduler_bin = require_tool("kube-scheduler")
+        scheduler_bin = require_tool(binary)
         with self._lock:
             if not self._started:
                 raise ControlPlaneError("control plane not started")
