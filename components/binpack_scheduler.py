@@ -25,19 +25,22 @@ import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
 
 from components.cluster_access import ClusterAccess
 from components.settings import (
     DEVICE_PLUGIN_DOMAINS,
+    IMAGE,
     Runtime,
     Settings,
     between,
+    choice,
     is_dns1123_label,
     is_qualified_name,
     problem,
@@ -90,6 +93,20 @@ DEFAULT_WEIGHTS = (
 DEFAULT_BALANCED_WEIGHT = 3
 DEFAULT_BALANCED_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 BALANCED_ALLOCATION = "NodeResourcesBalancedAllocation"
+NODE_RESOURCES_FIT = "NodeResourcesFit"
+
+# How the profile scores nodes: kube-scheduler's own plugins (RequestedToCapacityRatio and
+# BalancedAllocation, above), or the GpuFragmentation plugin of scheduler/ (an image built from
+# it: README, "The fragmentation-aware scheduler").
+BINPACK = "binpack"
+FRAGMENTATION = "fragmentation"
+SCORINGS = (BINPACK, FRAGMENTATION)
+FRAGMENTATION_PLUGIN = "GpuFragmentation"
+# Its weight against the score plugins the profile keeps (TaintToleration 3, NodeAffinity 2,
+# PodTopologySpread 2, InterPodAffinity 2, ImageLocality 1): fragmentation decides, a pod's
+# own preferences still break its near-ties.
+FRAGMENTATION_WEIGHT = 10
+UPSTREAM_IMAGE = "registry.k8s.io/kube-scheduler"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,6 +129,14 @@ class SchedulerProfile:
     """Take part in leader election (off only for a single local process)."""
     lease_namespace: str = "kube-system"
     """Namespace of the scheduler's own Lease."""
+    scoring: str = BINPACK
+    """binpack (the plugins above) or fragmentation (GpuFragmentation, over the GPU
+    resources among `resources`)."""
+
+    @property
+    def gpu_resource_names(self) -> tuple[str, ...]:
+        """The GPU resources the profile weighs (GpuFragmentation counts them as GPUs)."""
+        return tuple(r.name for r in self.resources if is_gpu_resource(r.name))
 
 
 def is_gpu_resource(name: str) -> bool:
@@ -183,6 +208,37 @@ class BinpackSchedulerSettings(Settings):
         default_factory=lambda: BalancedAllocationSettings()
     )
     """NodeResourcesBalancedAllocation: prefer nodes whose resources end up used in even shares."""
+    scoring: Annotated[str, choice(SCORINGS)] = BINPACK
+    """How nodes are scored: binpack (kube-scheduler's own plugins: shape, resourceWeights,
+    balancedAllocation) or fragmentation (the GpuFragmentation plugin: each pod goes where it
+    uses up the least room of the GPU pod shapes that arrive; needs scheduler.image)."""
+    image: Annotated[str, IMAGE] | None = None
+    """Scheduler image, repository:tag or repository@sha256:digest; unset:
+    registry.k8s.io/kube-scheduler:<kubernetesVersion>. scoring fragmentation needs an image
+    built from scheduler/ (README: the fragmentation-aware scheduler)."""
+
+    @model_validator(mode="after")
+    def _fragmentation_needs_its_image(self) -> Self:
+        if self.scoring == FRAGMENTATION and self.image is None:
+            raise problem(
+                "scoring fragmentation needs the GpuFragmentation plugin, which "
+                f"{UPSTREAM_IMAGE} does not have: set scheduler.image to an image built from "
+                "scheduler/ (README), or use scoring binpack",
+                at=".image",
+                value="unset",
+            )
+        if self.scoring == FRAGMENTATION:
+            # A binpack key changed from its default would have no effect: say so.
+            defaults = BinpackSchedulerSettings.model_construct()
+            for field in ("shape", "resource_weights", "balanced_allocation"):
+                if getattr(self, field) != getattr(defaults, field):
+                    raise problem(
+                        "applies to scoring binpack only; GpuFragmentation scores by the pod "
+                        "shapes it learns (remove the key, or use scoring binpack)",
+                        at=f".{to_camel(field)}",
+                        value=getattr(self, field),
+                    )
+        return self
 
     @field_validator("shape")
     @classmethod
@@ -225,6 +281,7 @@ class BinpackSchedulerSettings(Settings):
             percentage_of_nodes_to_score=self.percentage_of_nodes_to_score,
             balanced_weight=self.balanced_allocation.weight,
             balanced_resources=self.balanced_allocation.resources,
+            scoring=self.scoring,
         )
 
 
@@ -234,37 +291,10 @@ def render_config(profile: SchedulerProfile, kubeconfig: str | None = None) -> d
     With `kubeconfig`, the scheduler connects with that file (local runs); without, it uses
     its in-cluster service-account credentials.
     """
-    fit_args = {
-        "scoringStrategy": {
-            "type": "RequestedToCapacityRatio",
-            "resources": [{"name": r.name, "weight": r.weight} for r in profile.resources],
-            "requestedToCapacityRatio": {
-                "shape": [{"utilization": p.utilization, "score": p.score} for p in profile.shape]
-            },
-        }
-    }
-    entry: dict[str, Any] = {
-        "schedulerName": profile.scheduler_name,
-        "pluginConfig": [{"name": "NodeResourcesFit", "args": fit_args}],
-    }
-    # BalancedAllocation is a default score plugin (weight 1, cpu and memory); naming it in
-    # `enabled` replaces its weight, `disabled` removes it.
-    # Ref: https://kubernetes.io/docs/reference/scheduling/config/#scheduling-plugins
-    if profile.balanced_weight == 0:
-        entry["plugins"] = {"score": {"disabled": [{"name": BALANCED_ALLOCATION}]}}
+    if profile.scoring == FRAGMENTATION:
+        entry = _fragmentation_entry(profile)
     else:
-        entry["plugins"] = {
-            "score": {"enabled": [{"name": BALANCED_ALLOCATION, "weight": profile.balanced_weight}]}
-        }
-        # The plugin accepts only weight 1 per resource: it balances shares, it does not weigh.
-        entry["pluginConfig"].append(
-            {
-                "name": BALANCED_ALLOCATION,
-                "args": {
-                    "resources": [{"name": r, "weight": 1} for r in profile.balanced_resources]
-                },
-            }
-        )
+        entry = _binpack_entry(profile)
     if profile.percentage_of_nodes_to_score is not None:
         entry["percentageOfNodesToScore"] = profile.percentage_of_nodes_to_score
     config: dict[str, Any] = {
@@ -284,6 +314,64 @@ def render_config(profile: SchedulerProfile, kubeconfig: str | None = None) -> d
     return config
 
 
+def _fragmentation_entry(profile: SchedulerProfile) -> dict[str, Any]:
+    """GpuFragmentation scores; NodeResourcesFit still filters (its score is turned off, as
+    is BalancedAllocation's: both would pull against it). Its other arguments keep the
+    plugin's defaults (scheduler/fragmentation/plugin.go)."""
+    return {
+        "schedulerName": profile.scheduler_name,
+        "plugins": {
+            "preScore": {"enabled": [{"name": FRAGMENTATION_PLUGIN}]},
+            "score": {
+                "enabled": [{"name": FRAGMENTATION_PLUGIN, "weight": FRAGMENTATION_WEIGHT}],
+                "disabled": [{"name": NODE_RESOURCES_FIT}, {"name": BALANCED_ALLOCATION}],
+            },
+        },
+        "pluginConfig": [
+            {
+                "name": FRAGMENTATION_PLUGIN,
+                "args": {"gpuResources": list(profile.gpu_resource_names)},
+            }
+        ],
+    }
+
+
+def _binpack_entry(profile: SchedulerProfile) -> dict[str, Any]:
+    """RequestedToCapacityRatio with the profile's weights and shape, and BalancedAllocation."""
+    fit_args = {
+        "scoringStrategy": {
+            "type": "RequestedToCapacityRatio",
+            "resources": [{"name": r.name, "weight": r.weight} for r in profile.resources],
+            "requestedToCapacityRatio": {
+                "shape": [{"utilization": p.utilization, "score": p.score} for p in profile.shape]
+            },
+        }
+    }
+    entry: dict[str, Any] = {
+        "schedulerName": profile.scheduler_name,
+        "pluginConfig": [{"name": NODE_RESOURCES_FIT, "args": fit_args}],
+    }
+    # BalancedAllocation is a default score plugin (weight 1, cpu and memory); naming it in
+    # `enabled` replaces its weight, `disabled` removes it.
+    # Ref: https://kubernetes.io/docs/reference/scheduling/config/#scheduling-plugins
+    if profile.balanced_weight == 0:
+        entry["plugins"] = {"score": {"disabled": [{"name": BALANCED_ALLOCATION}]}}
+    else:
+        entry["plugins"] = {
+            "score": {"enabled": [{"name": BALANCED_ALLOCATION, "weight": profile.balanced_weight}]}
+        }
+        # The plugin accepts only weight 1 per resource: it balances shares, it does not weigh.
+        entry["pluginConfig"].append(
+            {
+                "name": BALANCED_ALLOCATION,
+                "args": {
+                    "resources": [{"name": r, "weight": 1} for r in profile.balanced_resources]
+                },
+            }
+        )
+    return entry
+
+
 def render_config_yaml(profile: SchedulerProfile, kubeconfig: str | None = None) -> str:
     return yaml.safe_dump(render_config(profile, kubeconfig), sort_keys=False)
 
@@ -297,8 +385,8 @@ class BinpackSchedulerArgs(BinpackSchedulerSettings):
     """Cluster version, e.g. v1.37.2; picks the kube-scheduler image tag."""
     namespace: Annotated[str, Runtime()] = "kube-system"
     """Namespace of the Deployment (kube-system, beside the cluster's own scheduler)."""
-    image_repository: Annotated[str, Runtime()] = "registry.k8s.io/kube-scheduler"
-    """Image repository; the tag is kubernetes_version."""
+    image_repository: Annotated[str, Runtime()] = UPSTREAM_IMAGE
+    """Repository of the upstream image, tagged kubernetes_version (when `image` is unset)."""
     requests: Annotated[Mapping[str, str], Runtime()] = Field(
         default_factory=lambda: {"cpu": "100m", "memory": "128Mi"}
     )
@@ -444,7 +532,8 @@ class BinpackScheduler(pulumi.ComponentResource):
                     "containers": [
                         {
                             "name": "kube-scheduler",
-                            "image": f"{args.image_repository}:{args.kubernetes_version}",
+                            "image": args.image
+                            or f"{args.image_repository}:{args.kubernetes_version}",
                             "command": [
                                 "kube-scheduler",
                                 f"--config={CONFIG_DIR}/{CONFIG_KEY}",

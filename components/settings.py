@@ -229,6 +229,30 @@ def choice(values: Sequence[str]) -> Rule:
     return Rule(f"allowed: {', '.join(values)}", lambda v: isinstance(v, str) and v in values)
 
 
+# An OCI image reference with a tag or a digest (no implicit :latest): [host[:port]/]path
+# [:tag][@sha256:digest], the distribution reference grammar.
+# Ref: https://github.com/distribution/reference/blob/main/reference.go
+_IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE = re.compile(
+    rf"(?:(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
+    rf"|\[[0-9a-fA-F:]+\])(?::[0-9]+)?/)?{_IMAGE_COMPONENT}(?:/{_IMAGE_COMPONENT})*"
+    r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?",
+    re.ASCII,
+)
+
+
+def is_pinned_image(value: str) -> bool:
+    """An image reference that names a tag or a digest."""
+    match = _IMAGE.fullmatch(value)
+    return match is not None and bool(match.group("tag") or match.group("digest"))
+
+
+IMAGE = text(
+    is_pinned_image,
+    "expected an image reference with a tag or a digest, e.g. "
+    "registry.example.com/gpu-binpack-scheduler:v1.37.2 or ...@sha256:<64 hex digits>",
+)
+
 STRING = Rule("expected a string", is_str)
 BOOL = Rule("expected true or false", is_bool)
 # Namespaces every cluster already has; a layer that creates its namespace cannot take one.

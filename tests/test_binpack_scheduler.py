@@ -213,3 +213,49 @@ def test_binpack_scheduler_configured_weight_of_an_advertised_resource_wins() ->
         gpu_resources=["nvidia.com/gpu.shared"],
     )
     assert weights == {"nvidia.com/gpu": 100, "nvidia.com/gpu.shared": 10}
+
+
+# ------------------------------------------------------------------ scoring: fragmentation
+IMAGE = "registry.example.com/platform/gpu-binpack-scheduler:v1.37.2"
+
+
+def test_fragmentation_scoring_runs_the_configured_image_with_the_upstream_command() -> None:
+    recording = _make_scheduler(scoring="fragmentation", image=IMAGE)
+    (container,) = _deployment(recording)["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == IMAGE
+    # The image built from scheduler/ keeps kube-scheduler's command name (on PATH).
+    assert container["command"][0] == "kube-scheduler"
+
+
+def test_fragmentation_scoring_scores_with_the_plugin_only_and_keeps_the_fit_filter() -> None:
+    recording = _make_scheduler(
+        scoring="fragmentation",
+        image=IMAGE,
+        gpu_resources=["nvidia.com/gpu", "nvidia.com/gpu.shared"],
+    )
+    assert recording is not None
+    (profile,) = yaml.safe_load(captured["config"])["profiles"]
+    assert profile["plugins"] == {
+        "preScore": {"enabled": [{"name": "GpuFragmentation"}]},
+        "score": {
+            "enabled": [{"name": "GpuFragmentation", "weight": 10}],
+            "disabled": [
+                {"name": "NodeResourcesFit"},
+                {"name": "NodeResourcesBalancedAllocation"},
+            ],
+        },
+    }
+    # The GPU resources the GPU Operator advertises are what the plugin counts as GPUs.
+    assert profile["pluginConfig"] == [
+        {
+            "name": "GpuFragmentation",
+            "args": {"gpuResources": ["nvidia.com/gpu", "nvidia.com/gpu.shared"]},
+        }
+    ]
+
+
+def test_binpack_scoring_keeps_the_upstream_image_unless_one_is_configured() -> None:
+    (container,) = _deployment(_make_scheduler(image="mirror.example.com/kube-scheduler:v1.34.4"))[
+        "spec"
+    ]["template"]["spec"]["containers"]
+    assert container["image"] == "mirror.example.com/kube-scheduler:v1.34.4"

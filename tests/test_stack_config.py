@@ -980,3 +980,38 @@ def test_config_rejects_kubernetes_version_other_than_major_1_in_ascii(version: 
 def test_config_key_written_without_a_value_takes_its_default() -> None:
     config = _parse(scheduler={"replicas": None}, admission=None)
     assert (config.scheduler.replicas, config.admission.engine) == (2, "mutating-admission-policy")
+
+
+def test_config_refuses_fragmentation_scoring_without_an_image() -> None:
+    assert _problems(scheduler={"scoring": "fragmentation"}) == [
+        "gpu-cluster:scheduler.image: got 'unset'; scoring fragmentation needs the "
+        "GpuFragmentation plugin, which registry.k8s.io/kube-scheduler does not have: set "
+        "scheduler.image to an image built from scheduler/ (README), or use scoring binpack"
+    ]
+
+
+@pytest.mark.parametrize(
+    "image", ["registry.example.com/gpu-binpack-scheduler", "Gpu Scheduler:1", "a//b:1", "a:"]
+)
+def test_config_refuses_a_scheduler_image_without_tag_or_digest(image: str) -> None:
+    (problem,) = _problems(scheduler={"image": image})
+    assert problem.startswith(f"gpu-cluster:scheduler.image: got {image!r}; expected an image ")
+
+
+def test_config_refuses_binpack_keys_with_fragmentation_scoring() -> None:
+    problems = _problems(
+        scheduler={
+            "scoring": "fragmentation",
+            "image": "registry.example.com/gpu-binpack-scheduler:v1.37.2",
+            "balancedAllocation": {"weight": 10},
+        }
+    )
+    assert len(problems) == 1
+    assert problems[0].startswith("gpu-cluster:scheduler.balancedAllocation: got ")
+    assert "applies to scoring binpack only" in problems[0]
+
+
+def test_config_refuses_an_unknown_scoring() -> None:
+    assert _problems(scheduler={"scoring": "fgd"}) == [
+        "gpu-cluster:scheduler.scoring: got 'fgd'; allowed: binpack, fragmentation"
+    ]

@@ -27,7 +27,7 @@ from .crds import MONITORING_CRDS  # noqa: E402
 from .stack import AppliedStack  # noqa: E402
 
 E2E_DIR = Path(__file__).resolve().parent
-E2E_TOOLS = (*CLUSTER_TOOLS, "kubeadm", MONITORING_CRDS)
+E2E_TOOLS = (*CLUSTER_TOOLS, "kubeadm", "gpu-binpack-scheduler", MONITORING_CRDS)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

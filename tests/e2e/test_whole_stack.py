@@ -298,3 +298,45 @@ def test_a_scheduler_newer_than_the_api_server_is_refused_before_anything_is_app
         assert "allowed: v1.36.x or v1.37.x" in str(refused.value)
         assert applied.node_state() == applied.nodes_before
         assert {n.metadata.name for n in _core(applied).list_namespace().items} == namespaces
+
+
+# An image built from scheduler/ (README): the harness runs the built gpu-binpack-scheduler.
+FRAGMENTATION_SCHEDULER = {
+    "replicas": 1,
+    "scoring": "fragmentation",
+    "image": "registry.example.com/platform/gpu-binpack-scheduler:v1.37.2",
+}
+
+
+def test_the_fragmentation_scheduler_keeps_whole_nodes_for_whole_node_pods(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """scheduler.scoring fragmentation on the local stack (three 4-GPU nodes): the Deployment
+    runs the image built from scheduler/ with the GpuFragmentation profile. Two 2-GPU pods share
+    one node, so both 4-GPU pods after them still find a whole node: the default profile's
+    spreading puts the second 2-GPU pod on another node and leaves one 4-GPU pod Pending."""
+    require_e2e_tools()
+    workdir = tmp_path_factory.mktemp("e2e-fragmentation")
+    overrides = {"scheduler": FRAGMENTATION_SCHEDULER}
+    with AppliedStack("local", workdir, overrides=overrides) as applied:
+        applied.up()
+        scheduler = applied.outputs["schedulerName"]
+        config = applied.outputs["schedulerConfig"]
+        assert "GpuFragmentation" in config
+        processes = applied.runtime.processes.values() if applied.runtime else []
+        assert any(p.process.argv[0].endswith("gpu-binpack-scheduler") for p in processes)
+        core = _core(applied)
+        namespace = f"fragmentation-{uuid.uuid4().hex[:6]}"
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+        nodes = []
+        for name, gpus in (("two-a", 2), ("two-b", 2), ("four-a", 4), ("four-b", 4)):
+            core.create_namespaced_pod(namespace, _gpu_pod(name, scheduler, gpus))
+            pod = _wait_pod(core, namespace, name)
+            assert _scheduled_by(core, namespace, name) == {scheduler}
+            nodes.append(pod.spec.node_name)
+        two_a, two_b, four_a, four_b = nodes
+        assert two_a == two_b, f"2-GPU pods on {two_a} and {two_b}: a whole node was broken"
+        assert len({two_a, four_a, four_b}) == 3
+        core.delete_namespace(namespace)
+        applied.destroy()
+        assert applied.node_state() == applied.nodes_before

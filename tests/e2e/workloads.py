@@ -104,12 +104,22 @@ IMAGES: dict[str, tuple[str, Adapter]] = {
     "registry.k8s.io/kube-scheduler": ("kube-scheduler", _kube_scheduler),
     "openpolicyagent/opa": ("opa", _opa),
 }
+# An image built from scheduler/ is published under any registry (README): known by its name.
+IMAGE_NAMES: dict[str, tuple[str, Adapter]] = {
+    "gpu-binpack-scheduler": ("gpu-binpack-scheduler", _kube_scheduler),
+}
 
 
 def _repository(image: str) -> str:
     name = image.split("@", 1)[0]
     head, _, tail = name.rpartition(":")
     return head if head and "/" not in tail else name
+
+
+def known_image(image: str) -> tuple[str, Adapter] | None:
+    """The built tool (and its adapter) that stands in for `image`, if any."""
+    repository = _repository(image)
+    return IMAGES.get(repository) or IMAGE_NAMES.get(repository.rpartition("/")[2])
 
 
 @dataclass
@@ -152,7 +162,7 @@ class PodRuntime:
             if pod.metadata.deletion_timestamp is not None or not pod.status.pod_ip:
                 continue
             for container in pod.spec.containers:
-                known = IMAGES.get(_repository(container.image))
+                known = known_image(container.image)
                 if known is not None:
                     started.append(self._start(core, pod, container, *known))
                     break

@@ -23,7 +23,12 @@ import pytest
 import yaml
 
 from components import BinpackScheduler, BinpackSchedulerArgs, ClusterAccess
-from components.binpack_scheduler import SchedulerProfile, render_config
+from components.binpack_scheduler import (
+    FRAGMENTATION,
+    FRAGMENTATION_PLUGIN,
+    SchedulerProfile,
+    render_config,
+)
 from components.tainted_gpu_pool import Taint
 from stack_config import SchedulerConfig
 from tests.integration.conftest import require_tools
@@ -383,3 +388,65 @@ def test_binpack_scheduler_live_runs_with_only_its_own_rbac(
     finally:
         for path in reversed(created):
             control_plane.request("DELETE", path)
+
+
+# ----------------------------------------------------------- scoring: fragmentation
+# The profile of `scheduler.scoring: fragmentation`, run by gpu-binpack-scheduler (scheduler/,
+# kube-scheduler with the GpuFragmentation plugin; what an image built from it runs).
+FRAGMENTATION_PROFILE = SchedulerConfig(
+    scoring=FRAGMENTATION, image="registry.example.com/gpu-binpack-scheduler:v1.37.2"
+).profile
+
+
+def _fragmentation_config(cp: LocalControlPlane, name: str) -> dict[str, Any]:
+    profile = replace(FRAGMENTATION_PROFILE, scheduler_name=name, leader_elect=False)
+    return render_config(profile, kubeconfig=str(cp.kubeconfig_path))
+
+
+def test_fragmentation_scheduler_live_keeps_whole_nodes_for_whole_node_pods(
+    control_plane: LocalControlPlane, pool: GpuPool
+) -> None:
+    """Three 4-GPU nodes: the second 2-GPU pod joins the first one's node, so both 4-GPU pods
+    find a whole node (spreading, as default does, would leave one of them unschedulable)."""
+    require_tools("gpu-binpack-scheduler")
+    name = f"fragmentation-{pool.id}"
+    config = yaml.safe_dump(_fragmentation_config(control_plane, name))
+    nodes = pool.add_nodes(3, gpus=4)
+    with control_plane.start_scheduler(config, binary="gpu-binpack-scheduler") as scheduler:
+        placed = [
+            pool.schedule(pod, scheduler, name, gpus)
+            for pod, gpus in (("two-a", 2), ("two-b", 2), ("four-a", 4), ("four-b", 4))
+        ]
+        bound = [node for node in placed if node is not None]
+        assert len(bound) == 4, f"{pool.unschedulable}\n{scheduler.tail()}"
+        assert bound[0] == bound[1]
+        assert sorted(bound) == sorted([bound[0], bound[0], *set(nodes) - {bound[0]}])
+
+
+def test_fragmentation_profile_needs_the_plugin_upstream_kube_scheduler_lacks(
+    control_plane: LocalControlPlane,
+) -> None:
+    """Why `scoring: fragmentation` needs `scheduler.image`: the upstream kube-scheduler does
+    not know the plugin and exits."""
+    require_tools("kube-scheduler")
+    config = yaml.safe_dump(_fragmentation_config(control_plane, "fragmentation-upstream"))
+    with pytest.raises(ControlPlaneError, match="exited with code") as excinfo:
+        control_plane.start_scheduler(config, timeout=30).stop()
+    assert f'PreScorePlugin \\"{FRAGMENTATION_PLUGIN}\\" does not exist' in str(excinfo.value)
+
+
+def test_fragmentation_scheduler_live_refuses_bad_plugin_args(
+    control_plane: LocalControlPlane,
+) -> None:
+    """GpuFragmentation's arguments are checked at start: the scheduler exits naming the field,
+    the value and what is allowed."""
+    require_tools("gpu-binpack-scheduler")
+    config = _fragmentation_config(control_plane, "fragmentation-bad-args")
+    config["profiles"][0]["pluginConfig"][0]["args"]["priorWeight"] = 2
+    with pytest.raises(ControlPlaneError, match="exited with code") as excinfo:
+        control_plane.start_scheduler(
+            yaml.safe_dump(config), timeout=30, binary="gpu-binpack-scheduler"
+        ).stop()
+    assert "GpuFragmentation args: priorWeight is 2; expected 0 (no priors) to 1" in str(
+        excinfo.value
+    )
