@@ -7,12 +7,14 @@ The replay itself needs the built control plane and takes minutes; it is run by 
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench.openb_replay import (
+    BINARIES,
     GPU,
     ReplayCluster,
     TraceError,
@@ -181,7 +183,7 @@ def test_openb_pod_object_requests_whole_gpus_and_tolerates_the_pool() -> None:
     assert GPU not in cpu_only["resources"]["requests"]
 
 
-def test_openb_scheduler_config_scores_every_node_in_both_profiles() -> None:
+def test_openb_scheduler_config_scores_every_node_in_default_and_binpack() -> None:
     default_name, default = scheduler_config("default", "/kc")
     binpack_name, binpack = scheduler_config("binpack", "/kc")
     assert (default_name, binpack_name) == ("default-scheduler", "gpu-binpack-scheduler")
@@ -193,7 +195,8 @@ def test_openb_scheduler_config_scores_every_node_in_both_profiles() -> None:
     assert "pluginConfig" not in default["profiles"][0]
     strategy = binpack["profiles"][0]["pluginConfig"][0]["args"]["scoringStrategy"]
     assert strategy["type"] == "RequestedToCapacityRatio"
-    with pytest.raises(ValueError, match="profile 'spread': expected one of default, binpack"):
+    expected = "profile 'spread': expected one of default, binpack, fragmentation"
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
         scheduler_config("spread", "/kc")
 
 
@@ -289,3 +292,17 @@ def test_openb_clearing_pods_asks_again_when_the_api_server_times_out() -> None:
     cluster.api = _SlowDeleteApi(timeouts=5)
     with pytest.raises(RuntimeError, match="HTTP 504"):
         cluster._clear_pods()
+
+
+def test_openb_fragmentation_profile_is_the_stacks_with_the_plugin_binary() -> None:
+    """The third profile is what `scheduler.scoring: fragmentation` deploys, every node scored,
+    run by the built gpu-binpack-scheduler (upstream kube-scheduler lacks the plugin)."""
+    name, config = scheduler_config("fragmentation", "/kc")
+    (profile,) = config["profiles"]
+    assert name == "gpu-binpack-scheduler" == profile["schedulerName"]
+    assert profile["percentageOfNodesToScore"] == 100
+    assert profile["plugins"]["score"]["enabled"] == [{"name": "GpuFragmentation", "weight": 10}]
+    assert profile["pluginConfig"] == [
+        {"name": "GpuFragmentation", "args": {"gpuResources": ["nvidia.com/gpu"]}}
+    ]
+    assert BINARIES == {"fragmentation": "gpu-binpack-scheduler"}
