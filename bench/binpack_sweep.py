@@ -28,6 +28,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from bench.openb_replay import (  # noqa: E402
+    BENCH_IMAGE,
     CSV_FIELDS,
     Metrics,
     ReplayCluster,
@@ -35,6 +36,7 @@ from bench.openb_replay import (  # noqa: E402
     csv_row,
     load_trace,
 )
+from components.binpack_scheduler import FRAGMENTATION, FRAGMENTATION_PLUGIN  # noqa: E402
 from stack_config import SchedulerConfig  # noqa: E402
 
 DEFAULT_CSV = REPO_ROOT / "bench" / "results" / "binpack_sweep.csv"
@@ -98,6 +100,13 @@ POINTS = (
         balancedAllocation=_balanced(3),
         resourceWeights={"nvidia.com/gpu": 100, "cpu": 50, "memory": 50},
     ),
+    # scoring: fragmentation (the GpuFragmentation plugin, scheduler/), every node scored or the
+    # adaptive sample the stack leaves by default.
+    Point(
+        label="frag",
+        scheduler={"scoring": FRAGMENTATION, "image": BENCH_IMAGE, "percentageOfNodesToScore": 100},
+    ),
+    Point(label="frag-adaptive", scheduler={"scoring": FRAGMENTATION, "image": BENCH_IMAGE}),
 )
 
 
@@ -139,6 +148,9 @@ def knobs(scheduler: Mapping[str, Any] | None) -> dict[str, str]:
     """The swept knobs of a point as short CSV/table cells ('' for default-scheduler)."""
     if scheduler is None:
         return {"weights": "", "shape": "", "balanced": "", "pct": "100"}
+    pct = str(scheduler.get("percentageOfNodesToScore", "adaptive"))
+    if scheduler.get("scoring") == FRAGMENTATION:
+        return {"weights": FRAGMENTATION_PLUGIN, "shape": "", "balanced": "", "pct": pct}
     weights = scheduler["resourceWeights"]
     shape = scheduler.get("shape", LINEAR)
     balanced = scheduler.get("balancedAllocation", {})
@@ -149,7 +161,7 @@ def knobs(scheduler: Mapping[str, Any] | None) -> dict[str, str]:
             f"{balanced.get('weight')} x "
             + ",".join(r.removeprefix("nvidia.com/") for r in balanced.get("resources", []))
         ),
-        "pct": str(scheduler.get("percentageOfNodesToScore", "adaptive")),
+        "pct": pct,
     }
 
 
@@ -223,7 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         reference = cluster.run("default", pods)
         rows.append((reference, None))
         for point, point_settings in zip(points, settings, strict=True):
-            metrics = cluster.run("binpack", pods, settings=point_settings)
+            profile = "fragmentation" if point_settings.scoring == FRAGMENTATION else "binpack"
+            metrics = cluster.run(profile, pods, settings=point_settings)
             rows.append((replace(metrics, profile=point.label), point.scheduler))
             print(format_table(rows, reference), flush=True)
             write_csv(args.csv, rows)  # after every point: a sweep cut short keeps its rows
