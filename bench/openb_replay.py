@@ -1,11 +1,12 @@
-"""Replay the openb GPU trace through the real kube-scheduler, default vs binpack profile.
+"""Replay the openb GPU trace through the real kube-scheduler: default, binpack, fragmentation.
 
 Every pod of the trace is created in a harness control plane (etcd + kube-apiserver) with the
 trace's GPU nodes as fake, Ready Node objects, then kube-scheduler is started with one profile
 and the replay waits until each pod is bound or marked Unschedulable; for the next profile the
-pods are deleted and created again on the same nodes. Both
-profiles see the same nodes and the same pods in the same order (creation_time); both set
-percentageOfNodesToScore: 100 so every feasible node is scored.
+pods are deleted and created again on the same nodes. Every profile sees the same nodes and the
+same pods in the same order (creation_time) and sets percentageOfNodesToScore: 100, so every
+feasible node is scored. The fragmentation profile runs the built gpu-binpack-scheduler
+(kube-scheduler with the GpuFragmentation plugin, scheduler/).
 
 Mapping: a pod requests num_gpu whole nvidia.com/gpu (a shared GPU, gpu_milli
 < 1000, rounds up to one, since the stack does not enable GPU sharing), and cpu_milli and
