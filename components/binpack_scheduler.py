@@ -7,9 +7,13 @@ above cpu and memory, so GPU pods fill one node before the next. NodeResourcesBa
 (weight 3, over cpu, memory and nvidia.com/gpu) keeps a node's GPU share in step with its cpu
 and memory shares, so packing does not use up a node's cpu or memory while its GPUs are free.
 
-It runs as a Deployment of registry.k8s.io/kube-scheduler:<kubernetesVersion> in kube-system,
-reading a kubescheduler.config.k8s.io/v1 configuration from a ConfigMap whose hash is a pod
-annotation (a config change rolls the pods). It authenticates with its ServiceAccount (no
+With `scoring: fragmentation` the profile scores with GpuFragmentation instead (scheduler/, Go):
+each pod goes where it uses up the least of the cluster's room for the GPU pod shapes that
+arrive; that needs `image`, built from scheduler/ (upstream kube-scheduler lacks the plugin).
+
+It runs as a Deployment of registry.k8s.io/kube-scheduler:<kubernetesVersion> (or `image`) in
+kube-system, reading a kubescheduler.config.k8s.io/v1 configuration from a ConfigMap whose hash
+is a pod annotation (a config change rolls the pods). It authenticates with its ServiceAccount (no
 hostPath to the control plane's scheduler.conf), serves HTTPS on 10259 with /livez and /readyz
 probes, runs with system-cluster-critical priority, tolerates the control-plane taint and elects
 a leader on its own Lease named after the scheduler. RBAC is kubeadm's scheduler roles plus one
