@@ -74,6 +74,11 @@ SCHEDULER_FLAGS = ("--feature-gates=WatchListClient=false",)
 # (scheduler/, built by tools/build-tools.sh); the image only satisfies the settings' check.
 BINARIES = {"fragmentation": "gpu-binpack-scheduler"}
 BENCH_IMAGE = "localhost/gpu-binpack-scheduler:bench"
+# The stack's scheduler settings each of its profiles renders when the caller gives none.
+STACK_SETTINGS: dict[str, Callable[[], SchedulerConfig]] = {
+    "binpack": SchedulerConfig,
+    "fragmentation": lambda: SchedulerConfig(scoring=FRAGMENTATION, image=BENCH_IMAGE),
+}
 ATTEMPT = re.compile(r'"Attempting to schedule pod" pod="' + NAMESPACE + r"/p(\d+)-")
 
 
@@ -394,14 +399,9 @@ def scheduler_config(
     the same with `scheduler.scoring: fragmentation` (the GpuFragmentation plugin); default
     scores every node.
     """
-    if profile == "fragmentation" and settings is None:
-        settings = SchedulerConfig(scoring=FRAGMENTATION, image=BENCH_IMAGE)
-        settings_chosen = False
-    else:
-        settings_chosen = settings is not None
-    if profile in ("binpack", "fragmentation"):
-        stack_profile = (settings or SchedulerConfig()).profile
-        if stack_profile.percentage_of_nodes_to_score is None and not settings_chosen:
+    if profile in STACK_SETTINGS:
+        stack_profile = (settings or STACK_SETTINGS[profile]()).profile
+        if settings is None:  # the stack's own settings leave sampling adaptive: score all
             stack_profile = replace(stack_profile, percentage_of_nodes_to_score=100)
         stack_profile = replace(stack_profile, leader_elect=False)
         config = render_config(stack_profile, kubeconfig=kubeconfig)
