@@ -698,8 +698,13 @@ class OpaGate(pulumi.ComponentResource):
     ) -> None:
         """Route GPU pods before the ValidatingAdmissionPolicy judges them."""
         name, args, child = self._name, self._args, self._child
-        policy = k8s.admissionregistration.v1.MutatingAdmissionPolicy(
+        # admissionregistration.k8s.io/v1 (Kubernetes v1.36) is newer than the kubernetes SDK's
+        # generated types, so the objects are declared by apiVersion and kind; the provider
+        # applies them like any other kind.
+        policy = k8s.apiextensions.CustomResource(
             f"{name}-routing",
+            api_version="admissionregistration.k8s.io/v1",
+            kind="MutatingAdmissionPolicy",
             metadata={"name": GATE_NAME, "labels": self._labels},
             spec=pulumi.Output.all(config, args.pool_toleration).apply(
                 lambda v: routing_policy_spec(
@@ -708,9 +713,13 @@ class OpaGate(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
         )
-        k8s.admissionregistration.v1.MutatingAdmissionPolicyBinding(
+        k8s.apiextensions.CustomResource(
             f"{name}-routing-binding",
+            api_version="admissionregistration.k8s.io/v1",
+            kind="MutatingAdmissionPolicyBinding",
             metadata={"name": GATE_NAME, "labels": self._labels},
-            spec=routing_binding_spec(policy.metadata.name, gate_namespace=args.namespace),
+            spec=routing_binding_spec(
+                policy.metadata.apply(lambda m: m["name"]), gate_namespace=args.namespace
+            ),
             opts=child,
         )

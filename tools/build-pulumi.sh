@@ -2,19 +2,18 @@
 # Build the Pulumi CLI and the plugins the stack runs with, from pinned modules
 # fetched through the Go module proxy (same conventions as build-tools.sh):
 #
-#   pulumi                          github.com/pulumi/pulumi/pkg/v3/cmd/pulumi  v3.259.0  (tools/go/pulumi)
+#   pulumi                          github.com/pulumi/pulumi/pkg/v3/cmd/pulumi  v3.274.1  (tools/go/pulumi)
 #   pulumi-language-python-exec     sdk/v3 python/cmd/ script                   v3.272.0  (tools/go/pulumi-python)
 #   pulumi-resource-pulumi-python   sdk/v3 python/dist/ launcher                v3.272.0  (tools/go/pulumi-python)
+#   pulumi-resource-kubernetes      github.com/pulumi/pulumi-kubernetes/provider/v4 at its one
+#                                   served pseudo-version, labelled 4.25.0      (tools/go/pulumi-kubernetes)
 #
-# requirements.txt pins pulumi 3.272.0, pulumi-kubernetes 4.34.2,
-# pulumi-command 1.2.1 and pulumi-tls 5.6.2. The module proxy refuses
-# ("403 Forbidden: This module version is not available") the modules below,
-# so they are not built; asking for one fails with that reason:
+# requirements.txt pins pulumi 3.272.0, pulumi-kubernetes 4.25.0, pulumi-command 1.2.1 and
+# pulumi-tls 5.6.2. The module proxy refuses ("403 Forbidden: This module version is not
+# available") the modules below, so they are not built; asking for one fails with that
+# reason (tools/plugins/bin has stand-ins for the two providers, tools/README.md):
 #
-#   pulumi (at v3.272.0)        github.com/pulumi/pulumi/pkg/v3 v3.261.0..v3.274.1
-#                               (v3.260.0: .info/.mod only, zip refused), and commit queries
 #   pulumi-language-python      github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3 (any version)
-#   pulumi-resource-kubernetes  github.com/pulumi/pulumi-kubernetes/provider/v4 (any version)
 #   pulumi-resource-command     github.com/pulumi/pulumi-command/provider (any version or commit)
 #   pulumi-resource-tls         github.com/pulumi/pulumi-tls/provider/v5 (any version)
 #
@@ -22,15 +21,14 @@
 # A tool is rebuilt only when its stamp (.tools/bin/.<tool>.stamp) changes or
 # the output is missing, so a second run is a no-op.
 #
-# Usage: tools/build-pulumi.sh [tool...]   (default: the three above)
+# Usage: tools/build-pulumi.sh [tool...]   (default: the four above)
 set -euo pipefail
 
 # shellcheck source=tools/build-lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/build-lib.sh"
 
-# Pulumi CLI release built: the newest pkg/v3 release the proxy serves, not the
-# v3.272.0 of requirements.txt (see above).
-pulumi_cli_version=v3.259.0
+# Pulumi CLI release built (newer than the SDK of requirements.txt, which the engine accepts).
+pulumi_cli_version=v3.274.1
 # Pulumi Python SDK release whose scripts are installed (= requirements.txt).
 pulumi_python_version=v3.272.0
 
@@ -60,6 +58,37 @@ install_script() {
   echo "installed ${tool} in $((SECONDS - start)) s"
 }
 
+# The kubernetes provider: the module is served at one pseudo-version (a commit of 2026-01-15),
+# whose schema is the one the pulumi-kubernetes 4.24.0-4.25.0 SDKs were generated from; 4.25.0
+# is the newest of them (tools/README.md). The label is the plugin's version, which the engine
+# compares with the SDK's in requirements.txt.
+kubernetes_provider_module=github.com/pulumi/pulumi-kubernetes/provider/v4
+kubernetes_provider_version=4.25.0
+
+# Copies the schema (its version set to the release) and the Terraform mapping from the
+# provider module's zip (checked against go.sum) into the wrapper's main package, which embeds
+# them. They are build inputs only: git-ignored, rewritten on every build.
+stage_kubernetes_schema() {
+  local mod_dir main_dir="${go_dir}/pulumi-kubernetes/cmd/pulumi-resource-kubernetes"
+  mod_dir="$(module_dir "${go_dir}/pulumi-kubernetes" "${kubernetes_provider_module}")"
+  python3 - "${mod_dir}/cmd/pulumi-resource-kubernetes" "${main_dir}" "${kubernetes_provider_version}" <<'PY'
+import json, pathlib, sys
+source, target, version = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
+schema = json.loads((source / "schema.json").read_text())
+schema["version"] = version
+(target / "schema.json").write_text(json.dumps(schema, separators=(",", ":")))
+mapping = json.loads((source / "terraform-mapping.json").read_text())
+(target / "terraform-mapping.json").write_text(json.dumps(mapping, separators=(",", ":")))
+PY
+}
+
+build_kubernetes_provider() {
+  stage_kubernetes_schema
+  build pulumi-resource-kubernetes "v${kubernetes_provider_version}" "${go_dir}/pulumi-kubernetes" \
+    ./cmd/pulumi-resource-kubernetes \
+    "-s -w -X ${kubernetes_provider_module}/pkg/version.Version=${kubernetes_provider_version}"
+}
+
 build_pulumi() {
   build pulumi "${pulumi_cli_version}" "${go_dir}/pulumi" \
     github.com/pulumi/pulumi/pkg/v3/cmd/pulumi \
@@ -85,7 +114,7 @@ unavailable() {
 
 tools=("$@")
 if [[ ${#tools[@]} -eq 0 ]]; then
-  tools=(pulumi pulumi-language-python-exec pulumi-resource-pulumi-python)
+  tools=(pulumi pulumi-language-python-exec pulumi-resource-pulumi-python pulumi-resource-kubernetes)
 fi
 
 for tool in "${tools[@]}"; do
@@ -95,14 +124,13 @@ for tool in "${tools[@]}"; do
     pulumi-resource-pulumi-python) install_resource_pulumi_python ;;
     pulumi-language-python)
       unavailable "${tool}" "github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3 (every version and commit)" ;;
-    pulumi-resource-kubernetes)
-      unavailable "${tool}" "github.com/pulumi/pulumi-kubernetes/provider/v4 (every version, v4.34.2 included)" ;;
+    pulumi-resource-kubernetes) build_kubernetes_provider ;;
     pulumi-resource-command)
       unavailable "${tool}" "github.com/pulumi/pulumi-command/provider (every version and commit)" ;;
     pulumi-resource-tls)
       unavailable "${tool}" "github.com/pulumi/pulumi-tls/provider/v5 (every version, v5.6.2 included)" ;;
     *)
-      echo "unknown tool: ${tool} (known: pulumi pulumi-language-python-exec pulumi-resource-pulumi-python)" >&2
+      echo "unknown tool: ${tool} (known: pulumi pulumi-language-python-exec pulumi-resource-pulumi-python pulumi-resource-kubernetes)" >&2
       exit 2 ;;
   esac
 done
