@@ -1,21 +1,41 @@
 """How every layer reaches the cluster: one explicit kubernetes Provider plus the credentials
 the dynamic providers need. Nothing in the stack uses the ambient default provider.
 
+One stack manages a cluster, and the cluster says which: the claim, ConfigMap
+kube-system/<project>, records the stack's identity and is created before anything else (the
+provider every object uses depends on it; the node and control-plane layers wait for it too).
+The kubernetes provider applies objects server-side and, on create, takes over an object that
+already exists; the claim alone is applied without force, so a second stack's `up` stops on
+the claim's field conflict before it has taken over anything of the first stack, and so its
+`destroy` cannot delete anything of the first. Every other object of the stack is applied with
+force (`pulumi.com/patchForce`): the stack is the one source of its objects, and the next
+`pulumi up` puts back what a hand edit (`kubectl edit`) changed.
+
 Also the one look at the live cluster before anything is declared: the configured
 kubernetesVersion (the binpack scheduler's image tag) against the API server's /version.
 """
 
 from __future__ import annotations
 
+import copy
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components.providers.credentials import kubeconfig_content
-from components.providers.node_api import api_client_from_kubeconfig
+from components.providers.node_api import api_client_from_kubeconfig, stack_identity
 from components.settings import PROJECT, ConfigError, Problem
+
+CLAIM_NAMESPACE = "kube-system"
+CLAIM_KEY = "managed-by-stack"
+"""The claim's data key: a second stack's `up` fails naming it (`.data.managed-by-stack`)."""
+PATCH_FORCE = "pulumi.com/patchForce"
+"""The kubernetes provider's annotation: apply this object with force (take over fields)."""
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 
 # kube-scheduler must not be newer than the kube-apiserver it talks to, and may be at most one
 # minor version older (for live upgrades).
@@ -95,26 +115,95 @@ def check_version_skew(kubeconfig: str, context: str | None, scheduler: str) -> 
     return scheduler_skew_warning(scheduler, server)
 
 
+def _forced(metadata: Any) -> Any:
+    """`metadata` (a dict or ObjectMetaArgs) with the patchForce annotation added."""
+    if isinstance(metadata, pulumi.Output):
+        return metadata.apply(_forced)
+    if metadata is None:
+        return {"annotations": {PATCH_FORCE: "true"}}
+    if isinstance(metadata, dict):
+        annotations = metadata.get("annotations") or {}
+        return {**metadata, "annotations": {**annotations, PATCH_FORCE: "true"}}
+    forced = copy.copy(metadata)
+    forced.annotations = {**(metadata.annotations or {}), PATCH_FORCE: "true"}
+    return forced
+
+
+def apply_with_force(
+    claim: pulumi.Resource,
+) -> Callable[[pulumi.ResourceTransformationArgs], pulumi.ResourceTransformationResult | None]:
+    """A stack transformation: every Kubernetes object but `claim` (and Helm releases, which
+    own no metadata) is applied with force."""
+
+    def transform(
+        args: pulumi.ResourceTransformationArgs,
+    ) -> pulumi.ResourceTransformationResult | None:
+        kind = args.type_
+        if not kind.startswith("kubernetes:") or kind == HELM_RELEASE or args.resource is claim:
+            return None
+        props = {**args.props, "metadata": _forced(args.props.get("metadata"))}
+        return pulumi.ResourceTransformationResult(props, args.opts)
+
+    return transform
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClusterAccess:
     """Credentials and provider handed to every component."""
 
     provider: k8s.Provider
-    """The explicit kubernetes Provider for every Kubernetes object of the stack."""
+    """The explicit kubernetes Provider for every Kubernetes object of the stack (it waits for
+    the claim)."""
+    claim: pulumi.Resource | None = None
+    """The stack's claim on the cluster: what the layers that do not use `provider` wait for."""
     kubeconfig: pulumi.Output[str]
     """Self-contained kubeconfig content, always a Pulumi secret. The dynamic providers read
     theirs from the stack config at run time (components/providers/credentials.py)."""
     context: str | None
     """Kubeconfig context, or None for its current-context."""
 
+    @property
+    def after_claim(self) -> list[pulumi.Resource]:
+        """depends_on for a resource that must wait for the claim."""
+        return [self.claim] if self.claim is not None else []
+
+    def after(self, opts: pulumi.ResourceOptions | None) -> list[pulumi.Resource]:
+        """depends_on for a component's resources that do not use the provider: the claim,
+        and what the component itself was told to wait for (the engine does not hold a
+        component's children back for its depends_on)."""
+        extra: Any = opts.depends_on if opts is not None and opts.depends_on else []
+        return [*self.after_claim, *([extra] if isinstance(extra, pulumi.Resource) else extra)]
+
     @classmethod
     def create(cls, name: str, kubeconfig: str, context: str | None) -> ClusterAccess:
+        """The claim (its own provider), then the provider everything else uses; registers the
+        stack transformation that applies every other object with force."""
         content = kubeconfig_content(kubeconfig)
         secret = pulumi.Output.secret(content)
-        provider = k8s.Provider(
-            name,
-            kubeconfig=secret if content else None,
-            context=context,
-            enable_server_side_apply=True,
+
+        def provider(provider_name: str, opts: pulumi.ResourceOptions | None = None) -> Any:
+            return k8s.Provider(
+                provider_name,
+                kubeconfig=secret if content else None,
+                context=context,
+                enable_server_side_apply=True,
+                # A changed ConfigMap or Secret is updated in place, not replaced (with its
+                # Deployment): the Deployments roll on the checksum of what they read.
+                enable_config_map_mutable=True,
+                enable_secret_mutable=True,
+                opts=opts,
+            )
+
+        claim = k8s.core.v1.ConfigMap(
+            f"{name}-claim",
+            metadata={
+                "name": PROJECT,
+                "namespace": CLAIM_NAMESPACE,
+                "labels": {"app.kubernetes.io/part-of": PROJECT},
+            },
+            data={CLAIM_KEY: stack_identity()},
+            opts=pulumi.ResourceOptions(provider=provider(f"{name}-claim-provider")),
         )
-        return cls(provider=provider, kubeconfig=secret, context=context)
+        pulumi.runtime.register_stack_transformation(apply_with_force(claim))
+        main = provider(name, pulumi.ResourceOptions(depends_on=[claim]))
+        return cls(provider=main, claim=claim, kubeconfig=secret, context=context)

@@ -207,7 +207,8 @@ class ControlPlaneFeatures(pulumi.ComponentResource):
                 delete=delete,
                 opts=pulumi.ResourceOptions(
                     parent=self,
-                    depends_on=chain[-1:],  # one host at a time: each waits for the previous
+                    # One host at a time: each waits for the previous (the first for the claim).
+                    depends_on=chain[-1:] or args.access.after(opts),
                     delete_before_replace=True,
                     # A renamed host keeps its commands (no delete over SSH on the old name).
                     aliases=[
@@ -233,7 +234,9 @@ class ControlPlaneFeatures(pulumi.ComponentResource):
             stack=args.stack,
             admission_plugins=plugins,
             feature_gates=dict(args.feature_gates),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=chain[-1:]),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=chain[-1:] or args.access.after(opts)
+            ),
         )
         chain.append(config)
 

@@ -93,7 +93,8 @@ class ExtendedResourceNodesArgs(Settings):
     nodes: ExtendedResourcesSettings
     """{node name: {extended resource name: count}} to advertise in status.capacity."""
     access: Annotated[ClusterAccess, Runtime()]
-    """Cluster access (the node providers read the credentials from the stack config)."""
+    """Cluster access: the node set waits for its claim (the node providers read the
+    credentials from the stack config)."""
 
 
 class ExtendedResourceNodes(pulumi.ComponentResource):
@@ -110,7 +111,9 @@ class ExtendedResourceNodes(pulumi.ComponentResource):
         super().__init__(TOKEN, name, None, opts)
         wanted = {node: dict(sorted(counts.items())) for node, counts in sorted(args.nodes.items())}
         advertised = AdvertisedResources(
-            f"{name}-nodes", nodes=wanted, opts=pulumi.ResourceOptions(parent=self)
+            f"{name}-nodes",
+            nodes=wanted,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=args.access.after(opts)),
         )
         self.nodes = pulumi.Output.from_input(list(wanted))
         self.resources = pulumi.Output.all(advertised.applied, advertised.failed).apply(

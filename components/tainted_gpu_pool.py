@@ -87,7 +87,8 @@ class TaintedGpuPoolArgs(TaintedGpuPoolSettings):
     """Inputs of TaintedGpuPool: its settings plus the cluster access."""
 
     access: Annotated[ClusterAccess, Runtime()]
-    """Cluster access (the node providers read the credentials from the stack config)."""
+    """Cluster access: the node set waits for its claim (the node providers read the
+    credentials from the stack config)."""
 
 
 class TaintedGpuPool(pulumi.ComponentResource):
@@ -114,14 +115,19 @@ class TaintedGpuPool(pulumi.ComponentResource):
             value=args.taint.value,
             effect=args.taint.effect,
             labels=dict(args.labels),
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=args.access.after(opts)),
         )
-        # The outputs resolve only when every node is done, so later layers wait for them.
-        ready = pool.failed.apply(lambda failed: _all_done(failed, len(nodes)))
-        self.nodes = ready.apply(lambda _: nodes)
-        self.taint = ready.apply(lambda _: args.taint.as_dict())
-        self.toleration = ready.apply(lambda _: args.taint.toleration())
-        self.labels = ready.apply(lambda _: dict(args.labels))
+        # `nodes` resolves only when every node is done, and fails the run naming the nodes
+        # that failed. The taint, toleration and labels come from the config through the node
+        # set's id: later layers that take them wait for the node set, and a preview knows
+        # their values (the id of a node set being updated is known; its results are not), so
+        # a change to the pool previews as a change of the pool alone.
+        self.nodes = pool.failed.apply(lambda failed: _all_done(failed, len(nodes))).apply(
+            lambda _: nodes
+        )
+        self.taint = pool.id.apply(lambda _: args.taint.as_dict())
+        self.toleration = pool.id.apply(lambda _: args.taint.toleration())
+        self.labels = pool.id.apply(lambda _: dict(args.labels))
         self.register_outputs(
             {
                 "nodes": self.nodes,

@@ -172,6 +172,18 @@ def stack_config(stack: str) -> dict[str, str]:
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
 
 
+def component_access(context: str | None = None) -> Any:
+    """ClusterAccess for one component under test: its provider, no claim (the claim and the
+    force transformation belong to the whole program, tests/test_main.py)."""
+    import pulumi_kubernetes as k8s
+
+    from components.cluster_access import ClusterAccess
+
+    kubeconfig = pulumi.Output.secret("apiVersion: v1\nkind: Config\n")
+    provider = k8s.Provider("cluster", kubeconfig=kubeconfig, context=context)
+    return ClusterAccess(provider=provider, kubeconfig=kubeconfig, context=context)
+
+
 def register(
     build: Callable[[], Any],
     config: Mapping[str, str] | None = None,

@@ -13,20 +13,19 @@ import yaml
 from components import (
     BinpackScheduler,
     BinpackSchedulerArgs,
-    ClusterAccess,
     ResourceWeight,
     SchedulerProfile,
     ShapePoint,
 )
 from components.binpack_scheduler import render_config
-from tests.conftest import Recording, register
+from tests.conftest import Recording, component_access, register
 
 captured: dict[str, Any] = {}
 
 
 def _make_scheduler(**overrides: Any) -> Recording:
     def build() -> None:
-        access = ClusterAccess.create("cluster", "apiVersion: v1\nkind: Config\n", None)
+        access = component_access()
         args: dict[str, Any] = {"access": access, "kubernetes_version": "v1.34.4", **overrides}
         scheduler = BinpackScheduler("binpack", BinpackSchedulerArgs(**args))
         scheduler.scheduler_name.apply(lambda n: captured.update(name=n))

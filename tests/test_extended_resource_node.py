@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from components import ClusterAccess, ExtendedResourceNodes, ExtendedResourceNodesArgs
-from tests.conftest import UNREACHABLE_PREFIX, Recording, register
+from components import ExtendedResourceNodes, ExtendedResourceNodesArgs
+from tests.conftest import UNREACHABLE_PREFIX, Recording, component_access, register
 
 RESOURCE_TYPE = "pulumi-python:dynamic/gpu-cluster:AdvertisedResources"
 DONGLES = {"example.com/fpga": 1, "example.com/dongle": 4}
@@ -16,7 +16,7 @@ captured: dict[str, Any] = {}
 
 def _make_nodes(**overrides: Any) -> Recording:
     def build() -> None:
-        access = ClusterAccess.create("cluster", "apiVersion: v1\nkind: Config\n", "lab")
+        access = component_access("lab")
         args: dict[str, Any] = {
             "access": access,
             "nodes": {"worker-2": {"example.com/nic": 2}, "worker-1": DONGLES},

@@ -8,7 +8,6 @@ import pytest
 import yaml
 
 from components import (
-    ClusterAccess,
     GpuOperator,
     GpuOperatorArgs,
     Taint,
@@ -23,7 +22,7 @@ from components.gpu_operator import (
     Switch,
     deep_merge,
 )
-from tests.conftest import Recording, Registration, register
+from tests.conftest import Recording, Registration, component_access, register
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 POOL_NODES = "pulumi-python:dynamic/gpu-cluster:GpuPoolNodes"
@@ -33,7 +32,7 @@ def _make_gpu_operator(taint: Taint | None = None, **overrides: Any) -> Recordin
     """A two-node pool and a GpuOperator taking the pool's taint output."""
 
     def build() -> None:
-        access = ClusterAccess.create("cluster", "apiVersion: v1\nkind: Config\n", None)
+        access = component_access()
         pool = TaintedGpuPool(
             "pool",
             TaintedGpuPoolArgs(access=access, nodes=("gpu-1", "gpu-2"), taint=taint or Taint()),
@@ -195,7 +194,7 @@ def test_gpu_operator_dcgm_target_follows_the_switch() -> None:
     targets: list[Any] = []
 
     def build(enabled: bool) -> None:
-        access = ClusterAccess.create("cluster", "apiVersion: v1\nkind: Config\n", None)
+        access = component_access()
         op = GpuOperator(
             "op",
             GpuOperatorArgs(

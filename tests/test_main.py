@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from components.cluster_access import CLAIM_KEY, PATCH_FORCE
 from stack_config import ConfigError
 from tests.conftest import ROOT, Recording, run_program
 
@@ -54,9 +55,38 @@ def test_main_every_kubernetes_object_uses_the_explicit_provider() -> None:
     assert provider.typ == "pulumi:providers:kubernetes"
     assert provider.inputs["context"] == "kubernetes-admin@lab"
     assert "kubeconfig" in provider.secret_inputs
-    objects = [r for r in recording.resources if r.typ.startswith("kubernetes:")]
+    claim = next(
+        r for r in recording.of_type("kubernetes:core/v1:ConfigMap") if r.name == "cluster-claim"
+    )
+    objects = [r for r in recording.resources if r.typ.startswith("kubernetes:") and r is not claim]
     assert objects
     assert all(r.provider.startswith(provider.urn + "::") for r in objects)
+    # The provider waits for the stack's claim on the cluster, which has a provider of its own.
+    assert claim.urn in provider.dependencies
+    assert not claim.provider.startswith(provider.urn + "::")
+
+
+def test_main_applies_every_object_with_force_but_the_claim() -> None:
+    """Hand edits are undone by the next `up` (patchForce); the claim alone is applied without
+    force, so a second stack's `up` stops on it (components/cluster_access.py)."""
+    recording = run_program("prod")
+    objects = [r for r in recording.resources if r.typ.startswith("kubernetes:")]
+    forced = {
+        r.name: ((r.inputs.get("metadata") or {}).get("annotations") or {}).get(PATCH_FORCE)
+        for r in objects
+        if r.typ != "kubernetes:helm.sh/v3:Release" and not r.typ.startswith("pulumi:providers")
+    }
+    assert forced.pop("cluster-claim") is None
+    assert forced and set(forced.values()) == {"true"}, forced
+    claim = next(r for r in objects if r.name == "cluster-claim")
+    assert claim.inputs["data"][CLAIM_KEY].endswith("/gpu-cluster/prod")  # organization/...
+    # What does not use the kubernetes provider waits for the claim too (the SSH commands
+    # through the one-host-at-a-time chain).
+    waiting = {claim.urn}
+    for r in recording.resources:
+        if r.typ.startswith(("pulumi-python:dynamic", "command:remote")):
+            assert waiting & set(r.dependencies), f"{r.name} does not wait for the claim"
+            waiting.add(r.urn)
 
 
 def test_main_dev_values_reach_the_dynamic_providers() -> None:

@@ -15,7 +15,7 @@ import pytest
 from components import ClusterAccess, DcgmTarget, MonitoringStack, MonitoringStackArgs
 from components.monitoring_stack import DEFAULT_VERSION, load_dashboard, load_rule_groups
 from stack_config import ConfigError
-from tests.conftest import Recording, Registration, register, run_program
+from tests.conftest import Recording, Registration, component_access, register, run_program
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 SERVICE_MONITOR = "kubernetes:monitoring.coreos.com/v1:ServiceMonitor"
@@ -30,7 +30,7 @@ def kubeconfig(empty_kubeconfig_env: Path) -> None:
 
 def _make_monitoring_stack(**overrides: Any) -> Recording:
     def build() -> None:
-        access = ClusterAccess.create("cluster", "apiVersion: v1\nkind: Config\n", None)
+        access = component_access()
         args: dict[str, Any] = {
             "access": access,
             "grafana_admin_password": PASSWORD,

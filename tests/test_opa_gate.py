@@ -11,7 +11,7 @@ from typing import Any
 
 import pulumi
 
-from components import ClusterAccess, OpaGate, OpaGateArgs
+from components import OpaGate, OpaGateArgs
 from components.opa_gate import (
     DEFAULT_GATE_NAMESPACE,
     admission_policy_binding_spec,
@@ -24,7 +24,7 @@ from components.opa_gate import (
     routing_binding_spec,
     routing_policy_spec,
 )
-from tests.conftest import Recording, register
+from tests.conftest import Recording, component_access, register
 
 WEBHOOK = "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration"
 VAP = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
@@ -33,7 +33,7 @@ VAP_BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPol
 
 def _make_gate(**overrides: Any) -> Recording:
     def build() -> None:
-        access = ClusterAccess.create("cluster", "apiVersion: v1\nkind: Config\n", None)
+        access = component_access()
         args: dict[str, Any] = {
             "access": access,
             "engine": "opa",

@@ -9,9 +9,8 @@ from typing import Any
 import pulumi
 import pytest
 
-from components.cluster_access import ClusterAccess
 from stack_config import ConfigError, StackConfig, decode_raw_config, parse_stack_config
-from tests.conftest import stack_config
+from tests.conftest import component_access, stack_config
 
 
 def _parse(**values: Any) -> StackConfig:
@@ -432,7 +431,7 @@ def test_config_control_plane_key_is_a_pulumi_secret_output() -> None:
             },
         }
     )
-    access = ClusterAccess.create("cluster", "apiVersion: v1\nkind: Config\n", None)
+    access = component_access()
     cp = config.control_plane_args(access, "dev")
     assert [(h.name, h.address) for h in cp.control_plane_hosts] == [("cp-1", "10.0.0.11")]
     assert isinstance(cp.ssh.private_key, pulumi.Output)

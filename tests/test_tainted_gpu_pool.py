@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from components import ClusterAccess, Taint, TaintedGpuPool, TaintedGpuPoolArgs
-from tests.conftest import UNREACHABLE_PREFIX, Recording, register
+from components import Taint, TaintedGpuPool, TaintedGpuPoolArgs
+from tests.conftest import UNREACHABLE_PREFIX, Recording, component_access, register
 
 POOL_TYPE = "pulumi-python:dynamic/gpu-cluster:GpuPoolNodes"
 
@@ -16,7 +16,7 @@ captured: dict[str, Any] = {}
 
 def _make_pool(**overrides: Any) -> Recording:
     def build() -> None:
-        access = ClusterAccess.create("cluster", "apiVersion: v1\nkind: Config\n", None)
+        access = component_access()
         args: dict[str, Any] = {"access": access, "nodes": ["gpu-1", "gpu-2"], **overrides}
         pool = TaintedGpuPool("pool", TaintedGpuPoolArgs(**args))
         pool.taint.apply(lambda t: captured.update(taint=t))
