@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help demo venv tools pulumi-tools tools-if-available go-test lint test test-fast preview-dev clean
+.PHONY: help demo venv tools pulumi-tools tools-if-available go-test lint test test-fast preview-local preview-dev clean
 
 help:
 	@echo "make demo         the whole stack on a local cluster: up, GPU pods scheduled and gated, destroy"
@@ -12,6 +12,7 @@ help:
 	@echo "make test-fast    lint and run the tests that need no built tools"
 	@echo "make tools        build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubeadm, gpu-binpack-scheduler, kwok, OPA, promtool, the monitoring CRDs and the Pulumi CLI into .tools/bin"
 	@echo "make pulumi-tools build the Pulumi CLI and the Python plugin scripts into .tools/bin"
+	@echo "make preview-local pulumi preview --diff of the local stack against a fresh local cluster"
 	@echo "make preview-dev  pulumi preview --stack dev (needs the Pulumi CLI and a kubeconfig)"
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
@@ -58,6 +59,9 @@ test: venv tools-if-available lint go-test
 
 test-fast: venv lint
 	$(BIN)/python -m pytest -m "not integration"
+
+preview-local: venv
+	$(BIN)/python -m tools.demo --preview
 
 preview-dev: venv
 	pulumi preview --stack dev

@@ -5,20 +5,20 @@
 2. Starts a local cluster (tools/harness/cluster.py: etcd, kube-apiserver with
    ExtendedResourceToleration, kube-controller-manager, kube-scheduler, kwok) with the nodes
    of Pulumi.<stack>.yaml as simulated kubelets; GPU pool nodes advertise nvidia.com/gpu.
-3. Applies the whole program (__main__.py) in the engine's order through the e2e harness
-   (tests/e2e: every Kubernetes object server-side applied and awaited, the node layers
-   through their real dynamic providers, TLS generated locally, Helm releases and SSH
-   commands recorded), then a second time, which changes nothing.
+3. Runs `pulumi up` of the whole program (__main__.py) with the real Pulumi CLI and the real
+   kubernetes provider (built like the tools), its output shown as it comes; the Helm
+   releases install local charts that render their values, then a second `up` changes
+   nothing.
 4. Runs what a user runs: GPU pods with only their GPU limit and the scheduler name, bound
    by the stack's own scheduler (a kube-scheduler process started from the applied
    ConfigMap with the token of the stack's ServiceAccount); a GPU pod without the scheduler
    name, routed to that scheduler (or refused, with a reject-only admission engine); one
    naming another scheduler, refused by the applied gate; a CPU pod, kept off the GPU nodes.
-5. Shows the dashboard ConfigMap and the PrometheusRule, destroys the stack and checks the
+5. Shows the dashboard ConfigMap and the PrometheusRule, runs `pulumi destroy` and checks the
    nodes are as before and no object of the stack is left.
 
-What needs the real provider plugins (the Helm charts' own workloads, SSH to hosts) is
-recorded, not run: README.md, "What `make demo` proves".
+What cannot run here (the charts' own workloads, SSH to hosts) is said in README.md, "What
+`make demo` proves".
 """
 
 from __future__ import annotations
@@ -41,8 +41,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from tests.e2e.conftest import E2E_TOOLS  # noqa: E402
-from tests.e2e.providers import HELM_RELEASE  # noqa: E402
-from tests.e2e.stack import AppliedStack  # noqa: E402
+from tests.e2e.stack import AppliedStack, StackError  # noqa: E402
 from tools.harness.controlplane import missing_tools  # noqa: E402
 
 GPU = "nvidia.com/gpu"
@@ -56,6 +55,12 @@ def ensure_tools() -> None:
     """Build whatever is missing (each build is a no-op when up to date), with progress."""
     if missing_tools(E2E_TOOLS):
         subprocess.run(["bash", str(REPO_ROOT / "tools/build-tools.sh")], check=True)
+        subprocess.run(["bash", str(REPO_ROOT / "tools/build-pulumi.sh")], check=True)
+
+
+def cli_output(line: str) -> None:
+    """A line of the CLI's own output, indented under the demo's steps."""
+    print(f"  | {line.rstrip()}", flush=True)
 
 
 def print_nodes(title: str, state: dict[str, dict[str, Any]]) -> None:
@@ -163,11 +168,9 @@ def monitoring(applied: AppliedStack) -> None:
     for rule in rules.get(namespace=namespace).items:
         alerts = [r.alert for g in rule.spec.groups for r in g.rules if r.alert]
         print(f"  PrometheusRule {rule.metadata.name}: {', '.join(alerts)}")
-    for release in applied.stand_ins.helm.releases.values() if applied.stand_ins else []:
-        print(
-            f"  Helm release {release.namespace}/{release.name}: chart {release.chart} "
-            f"{release.version} (recorded with {len(release.values)} top-level values)"
-        )
+    for key in ("gpuOperatorRelease", "monitoringRelease"):
+        if key in outputs:
+            print(f"  Helm release {key.removesuffix('Release')}: {outputs[key]}")
 
 
 def run(stack: str) -> int:
@@ -177,17 +180,16 @@ def run(stack: str) -> int:
         with AppliedStack(stack, Path(tmp)) as applied:
             print_nodes("before", applied.nodes_before)
 
-            step("pulumi up (the whole program through the e2e harness)")
+            step("pulumi up (the real CLI and kubernetes provider)")
             started = time.monotonic()
-            steps = applied.up()
-            print(f"  {len(steps)} resources created in {time.monotonic() - started:.1f} s")
+            created = applied.up(on_output=cli_output)
+            print(f"  {len(created)} resources created in {time.monotonic() - started:.1f} s")
             print_nodes("after", applied.node_state())
             started = time.monotonic()
             again = applied.up()
-            changed = [s for s in again if s.op != "same"]
             print(
-                f"  second up: {len(again) - len(changed)} unchanged, {len(changed)} changed "
-                f"in {time.monotonic() - started:.1f} s"
+                f"  second up: {len(applied.engine.steps) - len(again)} unchanged, "
+                f"{len(again)} changed in {time.monotonic() - started:.1f} s"
             )
 
             workloads(applied)
@@ -196,15 +198,13 @@ def run(stack: str) -> int:
             monitoring(applied)
 
             step("pulumi destroy")
-            engine, stand_ins = applied.engine, applied.stand_ins
-            assert engine is not None and stand_ins is not None
-            objects = [r for r in engine.of_prefix("kubernetes:") if r.typ != HELM_RELEASE]
+            objects = applied.kubernetes_objects()
             started = time.monotonic()
-            deleted = applied.destroy()
+            deleted = applied.destroy(on_output=cli_output)
             print(f"  {len(deleted)} resources deleted in {time.monotonic() - started:.1f} s")
             same = applied.node_state() == applied.nodes_before
             print(f"  nodes as before (taints, labels, capacity): {'yes' if same else 'NO'}")
-            left = [f"{r.typ} {r.name}" for r in objects if stand_ins.kubernetes.exists(r)]
+            left = [f"{o['kind']} {o['name']}" for o in objects if applied.exists(o)]
             print(f"  objects of the stack left: {', '.join(left) or 'none'}")
             print(
                 "  kept on purpose: the monitoring.coreos.com CRDs, which the chart installs "
@@ -216,11 +216,32 @@ def run(stack: str) -> int:
     return 0
 
 
+def preview(stack: str) -> int:
+    """`pulumi preview --diff` of a new stack against a fresh local cluster (CI's check that
+    the program still previews); fails when the preview fails or plans no create."""
+    ensure_tools()
+    with tempfile.TemporaryDirectory(prefix="gpu-cluster-preview-") as tmp:
+        step(f"local cluster with the nodes of Pulumi.{stack}.yaml (kwok kubelets)")
+        with AppliedStack(stack, Path(tmp)) as applied:
+            step(f"pulumi preview --diff --stack {stack}")
+            try:
+                planned = applied.preview(on_output=cli_output)
+            except StackError as exc:
+                print(f"preview failed:\n{exc}", file=sys.stderr)
+                return 1
+            creates = [urn for op, urn in planned if op == "create"]
+            print(f"  {len(creates)} resources to create, {len(planned)} changes in all")
+            return 0 if creates else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stack", default="local", help="stack config to apply (default: local)")
+    parser.add_argument(
+        "--preview", action="store_true", help="only `pulumi preview --diff` on a fresh cluster"
+    )
     args = parser.parse_args(argv)
-    return run(args.stack)
+    return preview(args.stack) if args.preview else run(args.stack)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""The whole program applied to a local cluster (tools/harness/cluster.py) in the engine's order.
+"""The whole program applied by the real Pulumi engine to a local cluster, then workloads.
 
-engine.py runs __main__.py and keeps state; providers.py routes each resource type to the
-stand-in for its provider plugin; workloads.py runs what the stack deploys (its scheduler, its
-gate) as local processes on the pods' addresses; the test_*.py files are the scenarios.
+stack.py starts the cluster and drives `pulumi up`/`preview`/`refresh`/`destroy` of one stack
+(tools/harness/pulumi_engine.py); charts.py makes the local charts the Helm releases install;
+workloads.py runs what the stack deploys (its scheduler, its gate) as local processes on the
+pods' addresses; the test_*.py files are the scenarios.
 """

@@ -21,13 +21,19 @@ if str(REPO_ROOT) not in sys.path:
 
 from tools.harness.cluster import CLUSTER_TOOLS, PodNetwork  # noqa: E402
 from tools.harness.controlplane import ControlPlaneError, missing_tools, tools_bin  # noqa: E402
+from tools.harness.pulumi_engine import WHOLE_PROGRAM_TOOLS  # noqa: E402
 
-from .cli import MODE_VARIABLE, cli_mode, missing_plugins  # noqa: E402
-from .crds import MONITORING_CRDS  # noqa: E402
+from .charts import MONITORING_CRDS  # noqa: E402
 from .stack import AppliedStack  # noqa: E402
 
 E2E_DIR = Path(__file__).resolve().parent
-E2E_TOOLS = (*CLUSTER_TOOLS, "kubeadm", "gpu-binpack-scheduler", MONITORING_CRDS)
+E2E_TOOLS = (
+    *CLUSTER_TOOLS,
+    "kubeadm",
+    "gpu-binpack-scheduler",
+    MONITORING_CRDS,
+    *WHOLE_PROGRAM_TOOLS,
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -38,13 +44,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def require_e2e_tools() -> None:
-    """Skip when a tool is not built; fail instead when CI=true.
-
-    In the real-CLI mode (GPU_CLUSTER_E2E=cli) the provider plugins are required too.
-    """
+    """Skip when a tool is not built; fail instead when CI=true."""
     missing = missing_tools(E2E_TOOLS)
-    if cli_mode():
-        missing += missing_plugins()
     if not missing:
         network = PodNetwork()
         try:  # the pod addresses need a route to this host (CAP_NET_ADMIN)
@@ -56,8 +57,6 @@ def require_e2e_tools() -> None:
         network.release()
         return
     message = f"{', '.join(missing)} not built in {tools_bin()}: run `make tools`"
-    if cli_mode():
-        pytest.fail(f"{MODE_VARIABLE}=cli: missing {', '.join(missing)}", pytrace=False)
     if os.environ.get("CI") == "true":
         pytest.fail(message, pytrace=False)
     pytest.skip(message)

@@ -1,11 +1,16 @@
-"""One stack applied to its own local cluster: the cluster, the engine, the pods' processes.
+"""One stack applied to its own local cluster: the cluster, the real engine, the pods' processes.
 
 Used by the scenarios (tests/e2e) and by `make demo` (tools/demo.py):
 
     with AppliedStack("local", workdir) as applied:
-        applied.up()          # the whole program, in the engine's order, then the pods run
+        applied.up()          # `pulumi up` of the whole program, then the pods run
         ...                   # scenarios: pods, admission, scheduling
-        applied.destroy()     # dependents first, waiting for each deletion
+        applied.destroy()     # `pulumi destroy`
+
+The program runs under the real Pulumi engine with the real kubernetes provider
+(tools/harness/pulumi_engine.py: `ProjectStack`); its Helm releases install local charts
+(charts.py); the SSH commands of ControlPlaneFeatures are recorded by the command stand-in,
+since the stacks' hosts do not exist here.
 """
 
 from __future__ import annotations
@@ -18,16 +23,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import client
+from kubernetes import client, dynamic
+from pulumi import automation as auto
 
 from tools.harness.cluster import LocalCluster
 from tools.harness.controlplane import Lifecycle, require_tool
 from tools.harness.fake_nodes import FakeNode, cpu_node, gpu_node
+from tools.harness.pulumi_engine import COMMAND_RECORD_VARIABLE, ProjectStack
+from tools.harness.pulumi_engine import project_config as stack_config
 
-from .cli import CliStack, cli_mode
-from .crds import chart_crds
-from .engine import PROJECT, StackEngine, Step, stack_config
-from .providers import StandIns
+from .charts import chart_overrides
 from .workloads import PodRuntime
 
 # What ControlPlaneFeatures turns on in the real clusters' API servers.
@@ -35,11 +40,15 @@ ADMISSION_PLUGINS = ("ExtendedResourceToleration",)
 LOCAL_CONTEXT = "local"
 
 
+class StackError(RuntimeError):
+    """A `pulumi` command failed; the message is what the CLI printed."""
+
+
 def inventory(stack: str, gpus: int = 4) -> list[FakeNode]:
     """The stack's node inventory as fake nodes: the GPU pool's nodes with `gpus` GPUs each."""
     values = stack_config(stack)
-    nodes = json.loads(values.get(f"{PROJECT}:nodes") or "[]")
-    pool = set(json.loads(values.get(f"{PROJECT}:gpuPool") or "{}").get("nodes") or [])
+    nodes = values.get("nodes") or []
+    pool = set((values.get("gpuPool") or {}).get("nodes") or [])
     return [
         gpu_node(node["name"], gpus) if node["name"] in pool else cpu_node(node["name"])
         for node in nodes
@@ -47,8 +56,7 @@ def inventory(stack: str, gpus: int = 4) -> list[FakeNode]:
 
 
 def _section(stack: str, key: str) -> dict[str, Any]:
-    raw = stack_config(stack).get(f"{PROJECT}:{key}") or "{}"
-    value = json.loads(raw)
+    value = stack_config(stack).get(key)
     return value if isinstance(value, dict) else {}
 
 
@@ -67,19 +75,21 @@ def kubeadm_cluster_configuration(version: str) -> str:
     return yaml.safe_dump(document, sort_keys=False)
 
 
-def prerequisites(api_client: Any, stack: str) -> dict[str, str]:
+def prerequisites(api_client: Any, stack: str, *, create: bool = True) -> dict[str, str]:
     """What the README asks a user to create before `pulumi up`; returns secret config values.
+
+    With `create` false (a second stack on a cluster that has them) only the secrets.
 
     The cluster was made by kubeadm: kube-system/kubeadm-config holds its ClusterConfiguration
     (ControlPlaneFeatures edits it).
 
     With `monitoring.grafanaAdminSecret`, that Secret (made by hand or by a secret store) and
     its namespace exist beforehand. Without it, the password is a stack secret: the harness
-    sets one, as `pulumi config set --secret gpu-cluster:grafanaAdminPassword` would.
+    sets one, as `pulumi config set --secret <project>:grafanaAdminPassword` would.
     """
     core: Any = client.CoreV1Api(api_client)
-    if _section(stack, "controlPlane").get("enabled"):
-        version = stack_config(stack).get(f"{PROJECT}:kubernetesVersion") or ""
+    if create and _section(stack, "controlPlane").get("enabled"):
+        version = stack_config(stack).get("kubernetesVersion") or ""
         core.create_namespaced_config_map(
             "kube-system",
             {
@@ -96,6 +106,8 @@ def prerequisites(api_client: Any, stack: str) -> dict[str, str]:
     secret = monitoring.get("grafanaAdminSecret")
     if not secret:
         return {"grafanaAdminPassword": password}
+    if not create:  # another stack on this cluster made them
+        return {}
     namespace = monitoring.get("namespace") or "monitoring"
     core.create_namespace(
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
@@ -139,7 +151,7 @@ def node_state(api_client: Any, names: list[str]) -> dict[str, dict[str, Any]]:
 
 
 class AppliedStack(Lifecycle):
-    """A local cluster with `stack`'s nodes, and the engine that applies the program to it."""
+    """A local cluster with `stack`'s nodes, and the stack that `pulumi up` applies to it."""
 
     def __init__(
         self,
@@ -148,95 +160,182 @@ class AppliedStack(Lifecycle):
         *,
         overrides: Mapping[str, Any] | None = None,
         log: Callable[[str], None] = lambda _line: None,
+        cluster: LocalCluster | None = None,
+        name: str | None = None,
     ) -> None:
         self.stack = stack
+        self.name = name or stack
+        """The Pulumi stack's name (another stack of the same file may share the cluster)."""
         self.workdir = workdir
         self.log = log
-        self.cluster = LocalCluster(admission_plugins=ADMISSION_PLUGINS, base_dir=workdir)
-        self.stand_ins: StandIns | None = None
-        self._overrides = dict(overrides or {})
-        self.engine: StackEngine | None = None
-        """The harness engine; None when the real CLI applies the stack (tests/e2e/cli.py)."""
-        self.cli: CliStack | None = None
+        self._own_cluster = cluster is None
+        self.cluster = cluster or LocalCluster(
+            admission_plugins=ADMISSION_PLUGINS, base_dir=workdir
+        )
+        self.overrides = dict(overrides or {})
+        self.pulumi: ProjectStack | None = None
         self.runtime: PodRuntime | None = None
         self.nodes: list[FakeNode] = inventory(stack)
         self.nodes_before: dict[str, dict[str, Any]] = {}
         self.kubeadm_config_before: dict[str, str] | None = None
+        self.commands_file = workdir / "commands.jsonl"
+        """Where the command stand-in records the SSH commands (the hosts do not exist)."""
+        self.charts_dir = workdir / "charts"
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> AppliedStack:
-        """Start the cluster, register the inventory's nodes, point the stack at the cluster."""
-        self.cluster.start()
+        """Start the cluster, register the inventory's nodes, create the stack for it."""
+        if self._own_cluster:
+            self.cluster.start()
         try:
-            self.cluster.add_nodes(self.nodes)
+            if self._own_cluster:
+                self.cluster.add_nodes(self.nodes)
             self.nodes_before = self.node_state()
-            secret_config = prerequisites(self.api_client(), self.stack)
+            secrets = prerequisites(self.api_client(), self.stack, create=self._own_cluster)
             self.kubeadm_config_before = self.kubeadm_config()
-            self.stand_ins = StandIns(chart_crds=chart_crds(self.cluster.api_client))
-            context = stack_config(self.stack).get(f"{PROJECT}:kubeContext") or ""
-            kubeconfig = self._kubeconfig(context or LOCAL_CONTEXT)
-            overrides = {"kubeconfig": str(kubeconfig), **secret_config, **self._overrides}
-            self.stand_ins.dynamic.config = stack_config(self.stack, overrides)
-            if cli_mode():
-                self.cli = CliStack(self.stack, self.workdir, overrides, set(secret_config))
-            else:
-                self.engine = StackEngine(
-                    self.stack,
-                    self.stand_ins,
-                    overrides=overrides,
-                    secret_keys=tuple(secret_config),
-                    log=self.log,
-                )
+            context = stack_config(self.stack).get("kubeContext") or ""
+            secrets["kubeconfig"] = self._kubeconfig(context or LOCAL_CONTEXT)
+            config = stack_config(self.stack, self.overrides)
+            self.overrides = {**chart_overrides(self.charts_dir, config), **self.overrides}
+            self.pulumi = ProjectStack(
+                self.name,
+                self.workdir / "pulumi",
+                overrides=self.overrides,
+                secrets=secrets,
+                env={COMMAND_RECORD_VARIABLE: str(self.commands_file)},
+                stack_file=self.stack,
+                log=self.log,
+            )
             self.runtime = PodRuntime(self.cluster, self.workdir / "pods")
         except BaseException:
-            self.cluster.stop()
+            self.stop()
             raise
         return self
 
     def stop(self) -> None:
         if self.runtime is not None:
             self.runtime.stop()
-        self.cluster.stop()
+        if self._own_cluster:
+            self.cluster.stop()
 
-    def _kubeconfig(self, context: str) -> Path:
+    def _kubeconfig(self, context: str) -> str:
         """The cluster's admin kubeconfig with its context named as the stack expects it."""
         document = yaml.safe_load(self.cluster.control_plane.kubeconfig_yaml())
         document["contexts"][0]["name"] = context
         document["current-context"] = context
-        path = self.workdir / f"{self.stack}.kubeconfig"
-        path.write_text(yaml.safe_dump(document))
-        path.chmod(0o600)
-        return path
+        return yaml.safe_dump(document)
 
     # ---------------------------------------------------------------- actions
-    def up(self) -> list[Step]:
-        """`pulumi up`, then the stack's pods run (scheduler, gate) as they would on nodes."""
-        steps = self.cli.up() if self.cli is not None else self._engine.up()
+    def set_config(self, changes: Mapping[str, Any] | None = None) -> None:
+        """The stack file as started (committed file, local charts, overrides) plus `changes`:
+        what a user edits in Pulumi.<stack>.yaml before the next `pulumi up`."""
+        self.engine.write_config(self.stack, {**self.overrides, **(changes or {})})
+
+    @property
+    def engine(self) -> ProjectStack:
+        if self.pulumi is None:
+            raise RuntimeError("stack not started")
+        return self.pulumi
+
+    def _pulumi(self, action: Callable[[], Any]) -> Any:
+        try:
+            return action()
+        except auto.errors.CommandError as exc:
+            raise StackError(str(exc)) from exc
+
+    def up(self, **kwargs: Any) -> list[tuple[str, str]]:
+        """`pulumi up`, then the stack's pods run (scheduler, gate) as they would on nodes.
+
+        Returns (op, URN) of every resource the run changed.
+        """
+        self._pulumi(lambda: self.engine.up(**kwargs))
         self.sync_pods()
-        return steps
+        return self.engine.changes()
+
+    def preview(self, **kwargs: Any) -> list[tuple[str, str]]:
+        """`pulumi preview --diff`: (op, URN) of every resource it would change."""
+        self._pulumi(lambda: self.engine.preview(**kwargs))
+        return self.engine.changes()
+
+    def recover(self) -> list[str]:
+        """After an interrupted `pulumi up`, what README.md ("An interrupted `pulumi up`") says
+        to run; returns what it did."""
+        done = []
+        stacks = self.engine.state_dir / "backend" / ".pulumi" / "stacks"
+        for attrs in stacks.rglob("*.attrs"):
+            if attrs.stat().st_size == 0:
+                attrs.unlink()
+                done.append(f"removed empty {attrs.name}")
+        try:
+            self.engine.cli("cancel", "--yes")
+            done.append("pulumi cancel")
+        except subprocess.CalledProcessError as exc:
+            done.append(f"pulumi cancel: {exc.stderr.strip()}")
+        self._pulumi(lambda: self.engine.refresh(clear_pending_creates=True))
+        done.append("pulumi refresh --clear-pending-creates")
+        return done
+
+    def refresh(self) -> None:
+        self._pulumi(self.engine.refresh)
 
     def sync_pods(self) -> None:
         assert self.runtime is not None
         self.runtime.sync()
 
-    def destroy(self) -> list[Step]:
+    def destroy(self, **kwargs: Any) -> list[tuple[str, str]]:
+        """`pulumi destroy`; the stack's pod processes stop first, as the pods go."""
         if self.runtime is not None:
             self.runtime.stop()
-        return self.cli.destroy() if self.cli is not None else self._engine.destroy()
+        self._pulumi(lambda: self.engine.destroy(**kwargs))
+        return self.engine.changes()
 
     # ---------------------------------------------------------------- queries
     @property
-    def _engine(self) -> StackEngine:
-        if self.engine is None:
-            raise RuntimeError("stack not started")
-        return self.engine
-
-    @property
     def outputs(self) -> dict[str, Any]:
-        return self.cli.outputs if self.cli is not None else self._engine.outputs
+        return self.engine.outputs()
+
+    def recorded_commands(self) -> list[dict[str, Any]]:
+        """The SSH commands the command stand-in recorded, in order."""
+        if not self.commands_file.exists():
+            return []
+        lines = self.commands_file.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
 
     def api_client(self) -> Any:
         return self.cluster.api_client()
+
+    def kubernetes_objects(self) -> list[dict[str, Any]]:
+        """The Kubernetes objects the stack's state says it created (not Helm's, not patches):
+        apiVersion, kind, name and namespace of each."""
+        found = []
+        for resource in self.engine.resources():
+            kind = resource["type"]
+            if not kind.startswith("kubernetes:") or kind.endswith(("Patch", ":Release")):
+                continue
+            outputs = resource.get("outputs") or {}
+            if "apiVersion" in outputs and "metadata" in outputs:
+                metadata = outputs["metadata"]
+                found.append(
+                    {
+                        "apiVersion": outputs["apiVersion"],
+                        "kind": outputs["kind"],
+                        "name": metadata["name"],
+                        "namespace": metadata.get("namespace"),
+                    }
+                )
+        return found
+
+    def exists(self, obj: Mapping[str, Any]) -> bool:
+        """Whether the object (as kubernetes_objects() names it) is on the cluster."""
+        api = dynamic.DynamicClient(self.api_client())
+        resource = api.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        try:
+            resource.get(name=obj["name"], namespace=obj["namespace"])
+        except client.exceptions.ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
 
     def kubeadm_config(self) -> dict[str, str] | None:
         """kube-system/kubeadm-config's data and annotations, or None where there is none."""

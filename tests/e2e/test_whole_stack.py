@@ -1,7 +1,8 @@
 """The whole program on a local cluster, then the workloads a user runs, for each stack shape.
 
-Per stack (module-scoped: one cluster, one `up` for all of its scenarios, `destroy` last):
-the program applied in the engine's order; a second `up` changes nothing; a GPU pod that sets
+Per stack (module-scoped: one cluster, one `pulumi up` for all of its scenarios, `pulumi
+destroy` last): the pool tainted only after what must come first; each Helm release got its
+values; a second `up` changes nothing; a GPU pod that sets
 only its GPU request and the scheduler name is admitted, bound by the deployed scheduler and
 stays Running; a GPU pod without the scheduler name is refused by the applied gate; CPU pods
 never land on GPU nodes; the stack's own pods run; destroy leaves the nodes as they were.
@@ -9,6 +10,7 @@ never land on GPU nodes; the stack's own pods run; destroy leaves the nodes as t
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import uuid
@@ -16,13 +18,18 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from components.opa_gate import DEFAULT_GATE_NAMESPACE
+from tools.harness.pulumi_engine import project_config as stack_config
+
+from .charts import release_values
 from .conftest import apply_stack, require_e2e_tools
-from .engine import StackError, stack_config
-from .providers import HELM_RELEASE
-from .stack import AppliedStack
+from .stack import AppliedStack, StackError
+
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 
 # The engine that routes GPU pods (components/opa_gate.py), and what both native engines and
 # the webhook are named by.
@@ -82,23 +89,78 @@ def _scheduled_by(core: Any, namespace: str, name: str) -> set[str]:
     return {e.reporting_component or (e.source.component if e.source else "") for e in events}
 
 
-def test_program_applied_in_dependency_order(applied: AppliedStack) -> None:
-    """Every declared resource was created, and each after the resources it depends on."""
-    engine = applied.engine
-    if engine is None:
-        pytest.skip("the real CLI orders resources itself")
-    assert engine.order, "nothing was applied"
-    assert {step.op for step in engine.steps} == {"create"}
-    position = {key: i for i, key in enumerate(engine.order)}
-    for key, dependencies in engine.dependencies.items():
-        for dependency in dependencies:
-            assert position[dependency] < position[key], f"{key} applied before {dependency}"
+def _state(applied: AppliedStack) -> dict[str, dict[str, Any]]:
+    """The stack's state (`pulumi stack export`), by URN."""
+    return {r["urn"]: r for r in applied.engine.resources()}
+
+
+def _under(state: dict[str, dict[str, Any]], urn: str, component_type: str) -> bool:
+    """Whether `urn` is, or is a descendant of, a component of `component_type`."""
+    while urn:
+        resource = state[urn]
+        if resource["type"] == component_type:
+            return True
+        urn = resource.get("parent") or ""
+    return False
+
+
+def test_the_pool_is_tainted_after_the_resources_and_the_admission_plugin(
+    applied: AppliedStack,
+) -> None:
+    """The engine created the pool's node writes only after the extended resources (both
+    write the same Node objects) and, where the stack edits the control plane, after
+    ExtendedResourceToleration is on (GPU pods admitted before it would lack tolerations)."""
+    state = _state(applied)
+    pool = [
+        r
+        for urn, r in state.items()
+        if r.get("custom") and _under(state, urn, "gpu-cluster:index:TaintedGpuPool")
+    ]
+    assert pool, "no resource of the pool in the state"
+    wanted = ["gpu-cluster:index:ExtendedResourceNodes"]
+    if applied.outputs.get("controlPlaneHosts") is not None:
+        wanted.append("gpu-cluster:index:ControlPlaneFeatures")
+    for resource in pool:
+        for component in wanted:
+            assert any(_under(state, dep, component) for dep in resource["dependencies"]), (
+                f"{resource['urn']} does not wait for {component}"
+            )
+
+
+def test_each_helm_release_got_its_values(applied: AppliedStack) -> None:
+    """The kubernetes provider installed the pinned charts with the values the stack computed:
+    the GPU Operator's operands tolerate the pool's taint; Grafana reads its admin password
+    from a Secret, never from the values."""
+    core = _core(applied)
+    outputs = applied.outputs
+    taint = outputs["gpuTaint"]
+    if "gpuOperatorRelease" in outputs:
+        assert outputs["gpuOperatorRelease"] == "deployed"
+        values = release_values(core, outputs["gpuOperatorNamespace"], "gpu-operator")
+        tolerations = values["daemonsets"]["tolerations"]
+        assert {
+            "key": taint["key"],
+            "operator": "Equal",
+            "value": taint["value"],
+            "effect": taint["effect"],
+        } in tolerations
+        operator = stack_config(applied.stack)["gpuOperator"]
+        assert values["driver"]["enabled"] == bool(
+            (operator.get("driver") or {}).get("enabled", True)
+        )
+    if "monitoringRelease" in outputs:
+        assert outputs["monitoringRelease"] == "deployed"
+        namespace = (stack_config(applied.stack)["monitoring"] or {}).get("namespace")
+        values = release_values(core, namespace or "monitoring", "kube-prometheus-stack")
+        admin = values["grafana"]["admin"]
+        assert admin["existingSecret"]
+        assert "adminPassword" not in values["grafana"]
 
 
 def test_second_up_changes_nothing(applied: AppliedStack) -> None:
-    steps = applied.up()
-    assert steps, "the second up registered nothing"
-    assert [s for s in steps if s.op != "same"] == []
+    changes = applied.up()
+    assert applied.engine.steps, "the second up registered nothing"
+    assert changes == []
 
 
 def test_gpu_pod_is_admitted_bound_by_the_stack_scheduler_and_stays(
@@ -227,12 +289,81 @@ def test_the_stack_pods_run_and_its_processes_serve(applied: AppliedStack) -> No
     assert any("kube-scheduler" in p.process.argv[0] for p in applied.runtime.processes.values())
 
 
+def _secret_values(applied: AppliedStack) -> dict[str, str]:
+    """The secrets this stack holds, as they would appear in plain text."""
+    found = {}
+    kubeconfig = yaml.safe_load(applied.cluster.control_plane.kubeconfig_yaml())
+    user = kubeconfig["users"][0]["user"]
+    found["kubeconfig client key"] = user["client-key-data"]
+    found["kubeconfig client key (decoded)"] = base64.b64decode(user["client-key-data"]).decode()
+    config = yaml.safe_load(
+        (applied.engine.project_dir / f"Pulumi.{applied.name}.yaml").read_text()
+    )["config"]
+    if "gpu-cluster:grafanaAdminPassword" in config:
+        found["Grafana password"] = applied.engine.stack.get_config(
+            "gpu-cluster:grafanaAdminPassword"
+        ).value
+    if applied.outputs["admissionEngine"] == "opa":
+        namespace = (stack_config(applied.stack).get("admission") or {}).get("namespace")
+        secret = _core(applied).read_namespaced_secret(
+            "opa-serving", namespace or DEFAULT_GATE_NAMESPACE
+        )
+        key = base64.b64decode(secret.data["tls.key"]).decode()
+        found["OPA serving key"] = key
+        found["OPA serving key (body)"] = "".join(key.strip().splitlines()[1:-1])
+    return found
+
+
+def test_no_secret_in_plain_text_in_the_stack_export(applied: AppliedStack) -> None:
+    """`pulumi stack export` holds the kubeconfig, the Grafana password and the TLS keys only
+    encrypted: none of them appears in plain text, not even inside another value."""
+    exported = applied.engine.cli("stack", "export")
+    assert '"ciphertext"' in exported
+    secrets = _secret_values(applied)
+    for name, value in secrets.items():
+        assert value and value not in exported, f"{name} in plain text in the stack export"
+        assert json.dumps(value)[1:-1] not in exported, f"{name} (JSON-escaped) in the export"
+
+
+def test_a_renamed_host_keeps_its_commands(applied: AppliedStack) -> None:
+    """A control-plane host renamed in the inventory, with its old name in previousNames,
+    keeps its SSH commands (Pulumi aliases): nothing is deleted on the old name or created on
+    the new, so no host is regenerated for a rename."""
+    config = stack_config(applied.stack)
+    control = config.get("controlPlane") or {}
+    if not control.get("enabled"):
+        pytest.skip("this stack does not edit the control plane")
+    old = control["hosts"][0]
+    new = f"{old}-renamed"
+    nodes = [
+        {**n, "name": new, "previousNames": [old]} if n["name"] == old else n
+        for n in config["nodes"]
+    ]
+
+    def renamed(names: list[str]) -> list[str]:
+        return [new if n == old else n for n in names]
+
+    control = {
+        **control,
+        "hosts": renamed(control["hosts"]),
+        "kubeletHosts": renamed(control.get("kubeletHosts") or []),
+        "hostKeys": {new if k == old else k: v for k, v in control["hostKeys"].items()},
+    }
+    applied.set_config({"nodes": nodes, "controlPlane": control})
+    recorded = len(applied.recorded_commands())
+    planned = applied.preview()
+    commands = [s for s in applied.engine.steps if s.type == "command:remote:Command"]
+    assert commands, "the preview saw no command"
+    assert [(op, urn) for op, urn in planned if "command:remote" in urn and op != "update"] == []
+    applied.up()
+    assert {c["op"] for c in applied.recorded_commands()[recorded:]} <= {"update"}
+
+
 def test_destroy_removes_what_the_stack_added_and_nodes_are_as_before(
     applied: AppliedStack,
 ) -> None:
-    engine = applied.engine
-    created = [] if engine is None else list(engine.of_prefix("kubernetes:"))
-    created = [r for r in created if r.typ != HELM_RELEASE]
+    created = applied.kubernetes_objects()
+    assert created, "the state holds no Kubernetes object"
     during = applied.kubeadm_config()
     applied.destroy()
     assert applied.node_state() == applied.nodes_before
@@ -254,10 +385,8 @@ def test_destroy_removes_what_the_stack_added_and_nodes_are_as_before(
     if applied.kubeadm_config_before is not None:
         assert during != applied.kubeadm_config_before
     assert applied.kubeadm_config() == applied.kubeadm_config_before
-    if engine is not None and applied.stand_ins is not None:
-        assert engine.state == {}
-        objects = applied.stand_ins.kubernetes
-        assert [r.key for r in created if objects.exists(r)] == []
+    assert [r["type"] for r in applied.engine.resources()] in ([], ["pulumi:pulumi:Stack"])
+    assert [o for o in created if applied.exists(o)] == []
 
 
 def test_a_no_execute_pool_is_refused_before_anything_is_applied(
@@ -267,7 +396,7 @@ def test_a_no_execute_pool_is_refused_before_anything_is_applied(
     ExtendedResourceToleration (Pending) and the node agents would be evicted, so the config
     refuses it and the cluster is left exactly as it was."""
     require_e2e_tools()
-    pool = json.loads(stack_config("prod")["gpu-cluster:gpuPool"])
+    pool = dict(stack_config("prod")["gpuPool"])
     pool["taint"]["effect"] = "NoExecute"
     workdir = tmp_path_factory.mktemp("e2e-no-execute")
     with AppliedStack("prod", workdir, overrides={"gpuPool": pool}) as applied:
