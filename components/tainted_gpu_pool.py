@@ -117,17 +117,17 @@ class TaintedGpuPool(pulumi.ComponentResource):
             labels=dict(args.labels),
             opts=pulumi.ResourceOptions(parent=self, depends_on=args.access.after(opts)),
         )
-        # `nodes` resolves only when every node is done, and fails the run naming the nodes
-        # that failed. The taint, toleration and labels come from the config through the node
-        # set's id: later layers that take them wait for the node set, and a preview knows
-        # their values (the id of a node set being updated is known; its results are not), so
-        # a change to the pool previews as a change of the pool alone.
-        self.nodes = pool.failed.apply(lambda failed: _all_done(failed, len(nodes))).apply(
-            lambda _: nodes
-        )
-        self.taint = pool.id.apply(lambda _: args.taint.as_dict())
-        self.toleration = pool.id.apply(lambda _: args.taint.toleration())
-        self.labels = pool.id.apply(lambda _: dict(args.labels))
+        # The outputs resolve only when every node is done (a failed node fails the run, naming
+        # it), so later layers wait for them and never see a half-tainted pool as done. At
+        # preview nothing is written and the node set's results are unknown while it is being
+        # changed: the values, which come from the config, are handed on through the node set's
+        # id (known), so a change to the pool previews as a change of the pool alone.
+        done = pool.failed.apply(lambda failed: _all_done(failed, len(nodes)))
+        settled = pool.id if pulumi.runtime.is_dry_run() else done
+        self.nodes = done.apply(lambda _: nodes)
+        self.taint = settled.apply(lambda _: args.taint.as_dict())
+        self.toleration = settled.apply(lambda _: args.taint.toleration())
+        self.labels = settled.apply(lambda _: dict(args.labels))
         self.register_outputs(
             {
                 "nodes": self.nodes,

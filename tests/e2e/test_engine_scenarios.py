@@ -19,9 +19,11 @@ import pytest
 import yaml
 from kubernetes import client
 
-from components.cluster_access import CLAIM_KEY
+from components import gpu_operator
+from components.cluster_access import CLAIM_KEY, HELM_RELEASE
 from tools.harness.pulumi_engine import project_config as stack_config
 
+from .charts import GPU_OPERATOR, KUBE_PROMETHEUS_STACK, chart_overrides, release_values
 from .conftest import apply_stack, require_e2e_tools
 from .stack import AppliedStack, StackError
 
@@ -142,6 +144,33 @@ def test_a_renamed_scheduler_is_replaced_and_serves_under_its_new_name(
     applied.set_config()
     applied.up()
     assert applied.outputs["schedulerName"] == old
+
+
+def test_a_chart_version_bump_upgrades_each_release_with_its_crd_switches(
+    applied: AppliedStack,
+) -> None:
+    """New chart versions: the kubernetes provider upgrades both releases in place (no
+    replacement), each renders its values again, with the CRD-upgrade switches as configured
+    (the GPU Operator's pre-upgrade CRD Job, kube-prometheus-stack's CRD Job)."""
+    core = _core(applied)
+    config = stack_config(STACK, applied.overrides)
+    bumped = {GPU_OPERATOR: "v26.4.0", KUBE_PROMETHEUS_STACK: "88.3.0"}
+    applied.set_config(chart_overrides(applied.charts_dir, config, bumped))
+    releases = _urns(applied, HELM_RELEASE)
+    assert sorted(_resources_only(applied.up())) == sorted(("update", u) for u in releases)
+    assert applied.outputs["gpuOperatorChart"] == "v26.4.0"
+    namespace = applied.outputs["gpuOperatorNamespace"]
+    operator = release_values(core, namespace, "gpu-operator")
+    assert operator["operator"]["upgradeCRD"] is True
+    rendered = core.read_namespaced_config_map("gpu-operator-values", namespace)
+    assert rendered.metadata.labels["helm.sh/chart"] == "gpu-operator-v26.4.0"
+    monitoring = release_values(core, "monitoring", "kube-prometheus-stack")
+    assert monitoring["crds"] == {"enabled": True, "upgradeJob": {"enabled": True}}
+    rendered = core.read_namespaced_config_map("kube-prometheus-stack-values", "monitoring")
+    assert rendered.metadata.labels["helm.sh/chart"] == "kube-prometheus-stack-88.3.0"
+    applied.set_config()
+    applied.up()
+    assert applied.outputs["gpuOperatorChart"] == gpu_operator.DEFAULT_VERSION
 
 
 def test_destroy_then_up_from_empty_state_on_the_same_cluster(applied: AppliedStack) -> None:
