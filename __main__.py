@@ -88,6 +88,8 @@ scheduler = BinpackScheduler(
         access=access,
         kubernetes_version=config.kubernetes_version,
         gpu_resources=gpu_resources.names,
+        gpu_shared=gpu_resources.shared,
+        gpu_prefixes=gpu_resources.prefixes,
     ),
 )
 

@@ -136,6 +136,12 @@ class SchedulerProfile:
     scoring: str = BINPACK
     """binpack (the plugins above) or fragmentation (GpuFragmentation, over the GPU
     resources among `resources`)."""
+    shared_gpus: Sequence[tuple[str, int]] = ()
+    """(name, replicas) of time-sliced GPU resources: GpuFragmentation counts one unit as
+    1/replicas of a GPU."""
+    mig_prefix: str = ""
+    """Prefix of MIG profile resources GpuFragmentation counts as slices of a GPU; "" for
+    none (no MIG, or MIG devices advertised as whole GPUs)."""
 
     @property
     def gpu_resource_names(self) -> tuple[str, ...]:
@@ -320,23 +326,29 @@ def render_config(profile: SchedulerProfile, kubeconfig: str | None = None) -> d
 
 def _fragmentation_entry(profile: SchedulerProfile) -> dict[str, Any]:
     """GpuFragmentation scores; NodeResourcesFit still filters (its score is turned off, as
-    is BalancedAllocation's: both would pull against it). Its other arguments keep the
-    plugin's defaults (scheduler/fragmentation/plugin.go)."""
+    is BalancedAllocation's: both would pull against it). It also counts every arriving pod
+    (preFilter, so pods that fit one node or none are counted too) and follows its own
+    placements (reserve). Its arguments name the GPU resources as the GPU Operator's settings
+    advertise them; the rest keep the plugin's defaults (scheduler/fragmentation/args.go)."""
+    plugin = [{"name": FRAGMENTATION_PLUGIN}]
+    args: dict[str, Any] = {
+        "gpuResources": list(profile.gpu_resource_names),
+        "migResourcePrefix": profile.mig_prefix,
+    }
+    if profile.shared_gpus:
+        args["sharedResources"] = [{"name": n, "replicas": r} for n, r in profile.shared_gpus]
     return {
         "schedulerName": profile.scheduler_name,
         "plugins": {
-            "preScore": {"enabled": [{"name": FRAGMENTATION_PLUGIN}]},
+            "preFilter": {"enabled": plugin},
+            "preScore": {"enabled": plugin},
+            "reserve": {"enabled": plugin},
             "score": {
                 "enabled": [{"name": FRAGMENTATION_PLUGIN, "weight": FRAGMENTATION_WEIGHT}],
                 "disabled": [{"name": NODE_RESOURCES_FIT}, {"name": BALANCED_ALLOCATION}],
             },
         },
-        "pluginConfig": [
-            {
-                "name": FRAGMENTATION_PLUGIN,
-                "args": {"gpuResources": list(profile.gpu_resource_names)},
-            }
-        ],
+        "pluginConfig": [{"name": FRAGMENTATION_PLUGIN, "args": args}],
     }
 
 
@@ -398,6 +410,10 @@ class BinpackSchedulerArgs(BinpackSchedulerSettings):
     gpu_resources: Annotated[Sequence[str], Runtime()] = ()
     """GPU resource names the device plugin advertises (GpuOperator's settings); each one
     resource_weights leaves out is weighted like its heaviest GPU resource."""
+    gpu_shared: Annotated[Sequence[tuple[str, int]], Runtime()] = ()
+    """(name, replicas) of the time-sliced GPU resources (GpuOperator's settings)."""
+    gpu_prefixes: Annotated[Sequence[str], Runtime()] = ()
+    """Prefixes of the MIG profile resources (GpuOperator's settings)."""
 
     @property
     def profile(self) -> SchedulerProfile:
@@ -408,7 +424,12 @@ class BinpackSchedulerArgs(BinpackSchedulerSettings):
         for name in self.gpu_resources:
             weights.setdefault(name, gpu_weight)
         resources = tuple(ResourceWeight(name=n, weight=w) for n, w in weights.items())
-        return replace(base, resources=resources)
+        return replace(
+            base,
+            resources=resources,
+            shared_gpus=tuple(self.gpu_shared),
+            mig_prefix=next(iter(self.gpu_prefixes), ""),
+        )
 
 
 class BinpackScheduler(pulumi.ComponentResource):

@@ -177,6 +177,9 @@ class GpuResources:
     """Exact resource names (gated, weighted by the binpack scheduler)."""
     prefixes: tuple[str, ...]
     """Name prefixes of resources that cannot be listed in advance (MIG profiles): gated."""
+    shared: tuple[tuple[str, int], ...] = ()
+    """(name, replicas) of each time-sliced resource: one of its units is 1/replicas of a GPU
+    (the fragmentation-aware scheduler counts it so)."""
 
 
 class GpuOperatorSettings(Settings):
@@ -220,12 +223,16 @@ class GpuOperatorSettings(Settings):
         """
         names = [WHOLE_GPU]
         prefixes: list[str] = []
+        shared: list[tuple[str, int]] = []
         time_slicing = self.device_plugin.time_slicing
-        if self.enabled and time_slicing is not None and time_slicing.rename_by_default:
-            names.append(SHARED_GPU)
+        if self.enabled and time_slicing is not None:
+            name = SHARED_GPU if time_slicing.rename_by_default else WHOLE_GPU
+            shared.append((name, time_slicing.replicas))
+            if time_slicing.rename_by_default:
+                names.append(SHARED_GPU)
         if self.enabled and self.mig.strategy == "mixed":
             prefixes.append(MIG_PROFILE_PREFIX)
-        return GpuResources(names=tuple(names), prefixes=tuple(prefixes))
+        return GpuResources(names=tuple(names), prefixes=tuple(prefixes), shared=tuple(shared))
 
     @model_validator(mode="after")
     def _time_slicing_needs_one_gpu_resource(self) -> Self:

@@ -303,6 +303,9 @@ def test_openb_fragmentation_profile_is_the_stacks_with_the_plugin_binary() -> N
     assert profile["percentageOfNodesToScore"] == 100
     assert profile["plugins"]["score"]["enabled"] == [{"name": "GpuFragmentation", "weight": 10}]
     assert profile["pluginConfig"] == [
-        {"name": "GpuFragmentation", "args": {"gpuResources": ["nvidia.com/gpu"]}}
+        {
+            "name": "GpuFragmentation",
+            "args": {"gpuResources": ["nvidia.com/gpu"], "migResourcePrefix": ""},
+        }
     ]
     assert BINARIES == {"fragmentation": "gpu-binpack-scheduler"}

@@ -231,11 +231,16 @@ def test_fragmentation_scoring_scores_with_the_plugin_only_and_keeps_the_fit_fil
         scoring="fragmentation",
         image=IMAGE,
         gpu_resources=["nvidia.com/gpu", "nvidia.com/gpu.shared"],
+        gpu_shared=[("nvidia.com/gpu.shared", 4)],
     )
     assert recording is not None
     (profile,) = yaml.safe_load(captured["config"])["profiles"]
+    plugin = [{"name": "GpuFragmentation"}]
+    # Every arriving pod counted (preFilter), its own placements followed (reserve).
     assert profile["plugins"] == {
-        "preScore": {"enabled": [{"name": "GpuFragmentation"}]},
+        "preFilter": {"enabled": plugin},
+        "preScore": {"enabled": plugin},
+        "reserve": {"enabled": plugin},
         "score": {
             "enabled": [{"name": "GpuFragmentation", "weight": 10}],
             "disabled": [
@@ -244,13 +249,26 @@ def test_fragmentation_scoring_scores_with_the_plugin_only_and_keeps_the_fit_fil
             ],
         },
     }
-    # The GPU resources the GPU Operator advertises are what the plugin counts as GPUs.
+    # The GPU resources the GPU Operator advertises are what the plugin counts as GPUs; a
+    # time-sliced unit as a quarter of one; no MIG profiles without mig.strategy mixed.
     assert profile["pluginConfig"] == [
         {
             "name": "GpuFragmentation",
-            "args": {"gpuResources": ["nvidia.com/gpu", "nvidia.com/gpu.shared"]},
+            "args": {
+                "gpuResources": ["nvidia.com/gpu", "nvidia.com/gpu.shared"],
+                "migResourcePrefix": "",
+                "sharedResources": [{"name": "nvidia.com/gpu.shared", "replicas": 4}],
+            },
         }
     ]
+
+
+def test_fragmentation_scoring_counts_mig_profiles_under_mig_mixed() -> None:
+    _make_scheduler(scoring="fragmentation", image=IMAGE, gpu_prefixes=["nvidia.com/mig-"])
+    (profile,) = yaml.safe_load(captured["config"])["profiles"]
+    (entry,) = profile["pluginConfig"]
+    assert entry["args"]["migResourcePrefix"] == "nvidia.com/mig-"
+    assert "sharedResources" not in entry["args"]
 
 
 def test_binpack_scoring_keeps_the_upstream_image_unless_one_is_configured() -> None:

@@ -275,3 +275,18 @@ def test_gpu_operator_disabled_advertises_only_the_plain_name() -> None:
     sharing = {"timeSlicing": {"replicas": 4, "renameByDefault": True}}
     told = GpuOperatorSettings.model_validate({"devicePlugin": sharing}).gpu_resources()
     assert (told.names, told.prefixes) == (("nvidia.com/gpu",), ())
+
+
+@pytest.mark.parametrize(
+    ("rename", "shared"),
+    [(True, (("nvidia.com/gpu.shared", 4),)), (False, (("nvidia.com/gpu", 4),))],
+)
+def test_gpu_operator_time_slicing_tells_how_many_units_make_a_gpu(
+    rename: bool, shared: tuple[tuple[str, int], ...]
+) -> None:
+    """The time-sliced resource (renamed or not) and its replicas: the fragmentation-aware
+    scheduler counts one unit as 1/replicas of a GPU."""
+    sharing = {"timeSlicing": {"replicas": 4, "renameByDefault": rename}}
+    told = GpuOperatorSettings.model_validate({"enabled": True, "devicePlugin": sharing})
+    assert told.gpu_resources().shared == shared
+    assert GpuOperatorSettings.model_validate({"enabled": True}).gpu_resources().shared == ()

@@ -1,13 +1,17 @@
 // Package fragmentation is GpuFragmentation, a kube-scheduler score plugin that places each pod
 // where it uses up the least of the room the cluster still has for the GPU pod shapes that
 // arrive, in the spirit of FGD (Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing
-// Workloads with Fragmentation Gradient Descent", USENIX ATC'23), adapted to whole GPUs and
-// to the cpu and memory those pods need beside them.
+// Workloads with Fragmentation Gradient Descent", USENIX ATC'23), adapted to GPUs of several
+// kinds (whole, shared replicas, MIG slices) and to the cpu and memory those pods need beside
+// them.
 //
-// The workload model is learned from the pods the plugin scores (the GPU pods' shapes, by
-// count) and from the pods already bound when it starts; before a shape has been seen, one
-// prior class per node shape (a pod taking the whole node) keeps a node only such a pod fits
-// from being broken up first. See model.go for the cost and bench/README.md for the numbers.
+// The workload model is learned from every pod the scheduler tries to place (PreFilter, so a
+// pod that fits one node or none counts too) and, when it starts or takes over, from the bound
+// and pending pods; before a shape has been seen, one prior class per machine model (a pod
+// taking the whole node, less what its DaemonSet and static pods request) keeps a node only
+// such a pod fits from being broken up first. Each class's supply over the cluster is kept up
+// to date node by node (fleet.go, refresh.go), so a cycle costs what changed, not the fleet's
+// size. See model.go for the cost and bench/README.md for the numbers.
 //
 // The plugin needs the whole cluster's free room in every cycle, so it does not sign pods for
 // opportunistic batching (KEP-5598): a pod's best node depends on more than the pod.
@@ -17,11 +21,15 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -36,84 +44,33 @@ const stateKey fwk.StateKey = Name
 // costScale turns a cost into the int64 a Score plugin returns, keeping 12 decimals.
 const costScale = 1e12
 
-// Args are the plugin's arguments (pluginConfig[].args); every field is optional.
-type Args struct {
-	// GPUResources are the extended resources counted as GPUs, summed (default nvidia.com/gpu).
-	GPUResources []string `json:"gpuResources,omitempty"`
-	// MaxClasses is how many of the most frequent learned pod shapes the model keeps (default 64).
-	MaxClasses *int `json:"maxClasses,omitempty"`
-	// PriorWeight is the weight of each whole-node prior class (default 0.003; 0 turns them off).
-	PriorWeight *float64 `json:"priorWeight,omitempty"`
-	// Window is the number of GPU pods after which the learned counts are halved (default 10000).
-	Window *int `json:"window,omitempty"`
-}
-
-// Defaults of Args.
-const (
-	DefaultGPUResource = "nvidia.com/gpu"
-	DefaultMaxClasses  = 64
-	DefaultPriorWeight = 0.003
-	DefaultWindow      = 10000
-)
-
-type config struct {
-	gpuResources []v1.ResourceName
-	maxClasses   int
-	priorWeight  float64
-	window       int
-}
-
-// ParseArgs applies the defaults and checks the values; an error names the field, the value
-// and what is allowed.
-func ParseArgs(args Args) (config, error) {
-	c := config{maxClasses: DefaultMaxClasses, priorWeight: DefaultPriorWeight, window: DefaultWindow}
-	names := args.GPUResources
-	if len(names) == 0 {
-		names = []string{DefaultGPUResource}
-	}
-	for _, n := range names {
-		if n == "" || n == string(v1.ResourceCPU) || n == string(v1.ResourceMemory) {
-			return c, fmt.Errorf("%s args: gpuResources contains %q; expected extended resource names such as %s", Name, n, DefaultGPUResource)
-		}
-		c.gpuResources = append(c.gpuResources, v1.ResourceName(n))
-	}
-	if args.MaxClasses != nil {
-		if *args.MaxClasses < 1 || *args.MaxClasses > 1024 {
-			return c, fmt.Errorf("%s args: maxClasses is %d; expected 1 to 1024", Name, *args.MaxClasses)
-		}
-		c.maxClasses = *args.MaxClasses
-	}
-	if args.PriorWeight != nil {
-		w := *args.PriorWeight
-		if math.IsNaN(w) || w < 0 || w > 1 {
-			return c, fmt.Errorf("%s args: priorWeight is %v; expected 0 (no priors) to 1", Name, w)
-		}
-		c.priorWeight = w
-	}
-	if args.Window != nil {
-		if *args.Window < 2 {
-			return c, fmt.Errorf("%s args: window is %d; expected at least 2 pods", Name, *args.Window)
-		}
-		c.window = *args.Window
-	}
-	return c, nil
-}
-
-// Plugin is the GpuFragmentation score plugin.
+// Plugin is the GpuFragmentation plugin: it learns at PreFilter, builds the model at
+// PreScore, scores at Score, and hears of its own placements at Reserve. Only PreScore and
+// Score are needed; without PreFilter it learns at PreScore, without Reserve (and the
+// informers) it finds changed nodes by its round-robin sweep alone.
 type Plugin struct {
 	handle fwk.Handle
 	config config
+	res    *resources
+	pods   corelisters.PodLister // nil without an informer factory
+	marks  marks
 
-	mu      sync.Mutex
-	learner *Learner
-	seen    map[types.UID]struct{}
-	seeded  bool
+	mu       sync.Mutex
+	learner  *Learner
+	seen     map[types.UID]struct{}
+	seeded   bool
+	fleet    *Fleet
+	sweep    int // the next node of the snapshot's list the sweep reads
+	nodeless int // listed NodeInfos without a Node at the last full pass
 }
 
 var (
-	_ fwk.PreScorePlugin  = &Plugin{}
-	_ fwk.ScorePlugin     = &Plugin{}
-	_ fwk.ScoreExtensions = &Plugin{}
+	_ fwk.PreFilterPlugin   = &Plugin{}
+	_ fwk.EnqueueExtensions = &Plugin{}
+	_ fwk.PreScorePlugin    = &Plugin{}
+	_ fwk.ScorePlugin       = &Plugin{}
+	_ fwk.ScoreExtensions   = &Plugin{}
+	_ fwk.ReservePlugin     = &Plugin{}
 )
 
 // New is the plugin factory registered with the scheduler command.
@@ -128,7 +85,28 @@ func New(_ context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin, 
 	if err != nil {
 		return nil, err
 	}
-	return &Plugin{handle: handle, config: c, learner: NewLearner(c.window), seen: map[types.UID]struct{}{}}, nil
+	return newWithConfig(handle, c)
+}
+
+func newWithConfig(handle fwk.Handle, c config) (*Plugin, error) {
+	p := &Plugin{
+		handle:  handle,
+		config:  c,
+		res:     newResources(c),
+		marks:   marks{nodes: map[string]int{}},
+		learner: NewLearner(c.window),
+		seen:    map[types.UID]struct{}{},
+		// Twice the classes of one model: shapes near the cut keep their supply.
+		fleet: NewFleet(c.maxPriorClasses, 2*(c.maxClasses+c.maxPriorClasses)),
+	}
+	if handle != nil {
+		if f := handle.SharedInformerFactory(); f != nil {
+			if err := p.watch(f); err != nil {
+				return nil, fmt.Errorf("%s: watching pods and nodes: %w", Name, err)
+			}
+		}
+	}
+	return p, nil
 }
 
 // Name of the plugin.
@@ -141,97 +119,134 @@ type cycleState struct {
 
 func (s *cycleState) Clone() fwk.StateData { return s }
 
-// PodAmounts is what the pod requests: GPUs summed over the GPU resources, cpu and memory.
+// PodAmounts is what the pod requests: cpu, memory and GPU units of its GPU kind.
 func (p *Plugin) PodAmounts(pod *v1.Pod) Amounts {
-	req := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
-	a := Amounts{MilliCPU: req.Cpu().MilliValue(), Memory: req.Memory().Value()}
-	for _, name := range p.config.gpuResources {
-		if q, ok := req[name]; ok {
-			a.GPUs += q.Value()
-		}
-	}
-	return a
+	return shape(p.res.amounts(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})))
 }
 
-// Free is what a node has left: allocatable minus what its pods (bound and assumed) request.
-func (p *Plugin) Free(node fwk.NodeInfo) Amounts {
-	return p.capacity(node).Sub(p.requested(node))
+// Free is what a node has left: allocatable minus what its pods (bound and assumed) request,
+// in the GPU resources the plugin has met (PreScore reads every node before Score asks).
+func (p *Plugin) Free(node fwk.NodeInfo) Room {
+	return p.res.known(node.GetAllocatable()).Sub(p.res.known(node.GetRequested()))
 }
 
-func (p *Plugin) capacity(node fwk.NodeInfo) Amounts {
-	alloc := node.GetAllocatable()
-	return Amounts{GPUs: p.gpus(alloc), MilliCPU: alloc.GetMilliCPU(), Memory: alloc.GetMemory()}
+// PreFilter counts the pod's shape, once per pod: every pod the scheduler tries to place,
+// also one that fits a single node (which is never scored) or none.
+func (p *Plugin) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	a := p.PodAmounts(pod)
+	p.mu.Lock()
+	p.seed()
+	p.observe(pod.UID, a)
+	p.mu.Unlock()
+	state.Write(stateKey, &cycleState{pod: a}) // PreScore's model is added to it
+	return nil, fwk.NewStatus(fwk.Skip)
 }
 
-func (p *Plugin) requested(node fwk.NodeInfo) Amounts {
-	req := node.GetRequested()
-	return Amounts{GPUs: p.gpus(req), MilliCPU: req.GetMilliCPU(), Memory: req.GetMemory()}
+// PreFilterExtensions: none, the plugin filters nothing.
+func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// EventsToRegister: none, the plugin never rejects a pod, so no event makes one schedulable.
+func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return nil, nil
 }
 
-func (p *Plugin) gpus(r fwk.Resource) int64 {
-	var n int64
-	scalars := r.GetScalarResources()
-	for _, name := range p.config.gpuResources {
-		n += scalars[name]
-	}
-	return n
-}
-
-// PreScore learns the pod's shape and computes the model over every node of the snapshot
-// (the supply counts nodes the pod does not fit too).
+// PreScore brings the fleet up to date with the snapshot and builds the model: the learned
+// classes and priors with their supply over every node (nodes the pod does not fit too).
 func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
-	nodes, err := p.handle.SnapshotSharedLister().NodeInfos().List()
-	if err != nil {
-		return fwk.AsStatus(fmt.Errorf("listing nodes: %w", err))
-	}
-	podAmounts := p.PodAmounts(pod)
-	free := make([]Amounts, 0, len(nodes))
-	gpus := make([]int64, 0, len(nodes))
-	priors := make([]Amounts, 0, len(nodes))
-	for _, n := range nodes {
-		if n.Node() == nil { // pods of a node being removed: no room
-			continue
-		}
-		capacity := p.capacity(n)
-		free = append(free, capacity.Sub(p.requested(n)))
-		gpus = append(gpus, capacity.GPUs)
-		priors = append(priors, capacity)
+	lister := p.handle.SnapshotSharedLister().NodeInfos()
+	var podAmounts Amounts
+	if s, err := readState(state); err == nil {
+		podAmounts = s.pod // from PreFilter
+	} else {
+		podAmounts = p.PodAmounts(pod)
 	}
 
 	p.mu.Lock()
-	if !p.seeded {
-		p.seeded = true
-		for _, n := range nodes {
-			for _, pi := range n.GetPods() {
-				p.observe(pi.GetPod())
-			}
-		}
+	p.seed()
+	p.observe(pod.UID, podAmounts) // a profile without the plugin at PreFilter learns here
+	err := p.refresh(lister)
+	var priors []Amounts
+	if p.config.priorWeight > 0 {
+		priors = p.fleet.Priors()
 	}
-	p.observe(pod)
 	classes := p.learner.Classes(p.config.maxClasses, priors, p.config.priorWeight)
+	var model *Model
+	if err == nil && len(classes) > 0 {
+		model = p.fleet.Model(classes)
+	}
 	p.mu.Unlock()
 
-	if len(classes) == 0 {
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if model == nil {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	state.Write(stateKey, &cycleState{model: NewModel(classes, free, gpus), pod: podAmounts})
+	state.Write(stateKey, &cycleState{model: model, pod: podAmounts})
 	if logger := klog.FromContext(ctx); logger.V(5).Enabled() {
 		logger.V(5).Info("GpuFragmentation model", "pod", klog.KObj(pod), "classes", len(classes))
 	}
 	return nil
 }
 
-// observe counts a pod once (by UID); the set of seen UIDs is dropped when it grows past a
+// Reserve: the node the pod was placed on changed; the next cycle reads it again.
+func (p *Plugin) Reserve(_ context.Context, _ fwk.CycleState, _ *v1.Pod, nodeName string) *fwk.Status {
+	p.marks.mark(nodeName)
+	return nil
+}
+
+// Unreserve: the placement was undone; the next cycle reads the node again.
+func (p *Plugin) Unreserve(_ context.Context, _ fwk.CycleState, _ *v1.Pod, nodeName string) {
+	p.marks.mark(nodeName)
+}
+
+// seed counts, once, the pods there already are: with the informers, every bound and pending
+// pod (after a restart or a failover the model starts where the cluster is, not empty);
+// without them, the pods bound in the snapshot.
+func (p *Plugin) seed() {
+	if p.seeded {
+		return
+	}
+	p.seeded = true
+	var pods []*v1.Pod
+	if p.pods != nil {
+		listed, err := p.pods.List(labels.Everything())
+		if err != nil {
+			klog.ErrorS(err, "GpuFragmentation: listing pods to learn from")
+		}
+		pods = listed
+	} else if nodes, err := p.handle.SnapshotSharedLister().NodeInfos().List(); err == nil {
+		for _, n := range nodes {
+			for _, pi := range n.GetPods() {
+				pods = append(pods, pi.GetPod())
+			}
+		}
+	}
+	// Oldest first: counts halve as they go, so the newest pods weigh most.
+	slices.SortStableFunc(pods, func(a, b *v1.Pod) int {
+		return a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time)
+	})
+	for _, pod := range pods {
+		if pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed {
+			p.observe(pod.UID, p.PodAmounts(pod))
+		}
+	}
+}
+
+// observe counts a GPU pod once (by UID); the set of seen UIDs is dropped when it grows past a
 // few windows, so a long-running scheduler does not keep every pod it ever saw.
-func (p *Plugin) observe(pod *v1.Pod) {
-	if _, ok := p.seen[pod.UID]; ok {
+func (p *Plugin) observe(uid types.UID, a Amounts) {
+	if a.GPUs <= 0 {
+		return
+	}
+	if _, ok := p.seen[uid]; ok {
 		return
 	}
 	if len(p.seen) >= 4*p.config.window {
 		p.seen = map[types.UID]struct{}{}
 	}
-	p.seen[pod.UID] = struct{}{}
-	p.learner.Observe(p.PodAmounts(pod))
+	p.seen[uid] = struct{}{}
+	p.learner.Observe(a)
 }
 
 // Score is the placement's cost on the node, scaled to an integer; NormalizeScore turns it
@@ -247,7 +262,8 @@ func (p *Plugin) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, node 
 // ScoreExtensions: NormalizeScore.
 func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return p }
 
-// NormalizeScore maps the costs onto 0..MaxNodeScore, the lowest cost scoring MaxNodeScore.
+// NormalizeScore maps the costs onto 0..MaxNodeScore (Normalize), the lowest cost scoring
+// MaxNodeScore.
 func (p *Plugin) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
 	costs := make([]float64, len(scores))
 	for i, s := range scores {
@@ -269,4 +285,16 @@ func readState(state fwk.CycleState) (*cycleState, error) {
 		return nil, fmt.Errorf("%q in the cycle state is a %T", stateKey, data)
 	}
 	return s, nil
+}
+
+// systemPod: a pod a node runs whatever is scheduled on it, a DaemonSet's pod or a static
+// pod's mirror; what it requests comes off the node's whole-node shape.
+// Ref: https://kubernetes.io/docs/concepts/workloads/controllers/daemonset/
+// Ref: https://kubernetes.io/docs/tasks/configure-pod-container/static-pod/
+func systemPod(pod *v1.Pod) bool {
+	if _, ok := pod.Annotations[v1.MirrorPodAnnotationKey]; ok {
+		return true
+	}
+	ref := metav1.GetControllerOfNoCopy(pod)
+	return ref != nil && ref.Kind == "DaemonSet"
 }

@@ -432,7 +432,8 @@ def test_fragmentation_profile_needs_the_plugin_upstream_kube_scheduler_lacks(
     config = yaml.safe_dump(_fragmentation_config(control_plane, "fragmentation-upstream"))
     with pytest.raises(ControlPlaneError, match="exited with code") as excinfo:
         control_plane.start_scheduler(config, timeout=30).stop()
-    assert f'PreScorePlugin \\"{FRAGMENTATION_PLUGIN}\\" does not exist' in str(excinfo.value)
+    # The first extension point it is named at (preFilter) is already unknown.
+    assert f'PreFilterPlugin \\"{FRAGMENTATION_PLUGIN}\\" does not exist' in str(excinfo.value)
 
 
 def test_fragmentation_scheduler_live_refuses_bad_plugin_args(
