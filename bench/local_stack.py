@@ -9,7 +9,7 @@ Measures, in one run:
    set GOPROXY=off, so nothing is fetched;
 2. the local cluster's start (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
    kwok) until the stack's nodes are Ready, then the README's prerequisites and the stack's
-   creation (tests/e2e/stack.py: AppliedStack);
+   creation (tools/harness/stack.py: AppliedStack);
 3. an empty program's `up` and its no-op `up` under the same engine, CLI and Automation API
    (tools/harness/pulumi_engine.py: inline_stack): the engine's own start-up;
 4. the stack's `up`, no-op `up`, `preview`, `refresh` and `destroy` of the whole program
@@ -74,11 +74,11 @@ from kubernetes import dynamic  # noqa: E402
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError  # noqa: E402
 from pulumi import automation as auto  # noqa: E402
 
-from tests.e2e.charts import VALUES_KEY  # noqa: E402
-from tests.e2e.stack import ADMISSION_PLUGINS, AppliedStack  # noqa: E402
+from tools.harness.charts import VALUES_KEY  # noqa: E402
 from tools.harness.cluster import LocalCluster  # noqa: E402
 from tools.harness.fake_nodes import FakeNode  # noqa: E402
 from tools.harness.pulumi_engine import PROJECT, inline_stack  # noqa: E402
+from tools.harness.stack import ADMISSION_PLUGINS, AppliedStack  # noqa: E402
 
 PROVIDER_PLUGIN = "pulumi-resource-kubernetes"
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -273,7 +273,7 @@ def _taints(taints: Iterable[Sequence[str]]) -> list[dict[str, str]]:
 
 
 def node_write(node: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> NodeWrite:
-    """What takes `node` from `before` to `after` (tests/e2e/stack.py: node_state's shape)."""
+    """What takes `node` from `before` to `after` (tools/harness/stack.py: node_state's shape)."""
     metadata = {
         key: change
         for key in ("labels", "annotations")
@@ -519,7 +519,7 @@ class Floor:
 
 def read_releases(api_client: Any, resources: Sequence[Mapping[str, Any]]) -> dict[str, Rendered]:
     """What each Helm release of the state rendered (its `<release>-values` ConfigMap, as the
-    local charts render it: tests/e2e/charts.py) and its chart's CRDs (crds/ of a local chart)."""
+    local charts render it: tools/harness/charts.py) and its chart's CRDs (crds/ of a local chart)."""
     api = dynamic.DynamicClient(api_client)
     config_maps = api.resources.get(api_version="v1", kind="ConfigMap")
     releases = {}

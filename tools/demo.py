@@ -40,9 +40,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from tests.e2e.conftest import E2E_TOOLS  # noqa: E402
-from tests.e2e.stack import AppliedStack, StackError  # noqa: E402
 from tools.harness.controlplane import missing_tools  # noqa: E402
+from tools.harness.stack import STACK_TOOLS, AppliedStack, StackError  # noqa: E402
 
 GPU = "nvidia.com/gpu"
 
@@ -53,7 +52,7 @@ def step(text: str) -> None:
 
 def ensure_tools() -> None:
     """Build whatever is missing (each build is a no-op when up to date), with progress."""
-    if missing_tools(E2E_TOOLS):
+    if missing_tools(STACK_TOOLS):
         subprocess.run(["bash", str(REPO_ROOT / "tools/build-tools.sh")], check=True)
         subprocess.run(["bash", str(REPO_ROOT / "tools/build-pulumi.sh")], check=True)
 

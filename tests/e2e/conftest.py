@@ -19,21 +19,11 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from tools.harness.cluster import CLUSTER_TOOLS, PodNetwork  # noqa: E402
+from tools.harness.cluster import PodNetwork  # noqa: E402
 from tools.harness.controlplane import ControlPlaneError, missing_tools, tools_bin  # noqa: E402
-from tools.harness.pulumi_engine import WHOLE_PROGRAM_TOOLS  # noqa: E402
-
-from .charts import MONITORING_CRDS  # noqa: E402
-from .stack import AppliedStack  # noqa: E402
+from tools.harness.stack import STACK_TOOLS, AppliedStack  # noqa: E402
 
 E2E_DIR = Path(__file__).resolve().parent
-E2E_TOOLS = (
-    *CLUSTER_TOOLS,
-    "kubeadm",
-    "gpu-binpack-scheduler",
-    MONITORING_CRDS,
-    *WHOLE_PROGRAM_TOOLS,
-)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -45,7 +35,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def require_e2e_tools() -> None:
     """Skip when a tool is not built; fail instead when CI=true."""
-    missing = missing_tools(E2E_TOOLS)
+    missing = missing_tools(STACK_TOOLS)
     if not missing:
         network = PodNetwork()
         try:  # the pod addresses need a route to this host (CAP_NET_ADMIN)

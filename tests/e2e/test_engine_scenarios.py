@@ -21,11 +21,16 @@ from kubernetes import client
 
 from components import gpu_operator
 from components.cluster_access import CLAIM_KEY, HELM_RELEASE
+from tools.harness.charts import (
+    GPU_OPERATOR,
+    KUBE_PROMETHEUS_STACK,
+    chart_overrides,
+    release_values,
+)
 from tools.harness.pulumi_engine import project_config as stack_config
+from tools.harness.stack import AppliedStack, StackError
 
-from .charts import GPU_OPERATOR, KUBE_PROMETHEUS_STACK, chart_overrides, release_values
 from .conftest import apply_stack, require_e2e_tools
-from .stack import AppliedStack, StackError
 
 STACK = "local"
 SCHEDULER_CONFIG_KEY = "config.yaml"

@@ -23,11 +23,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from components.opa_gate import DEFAULT_GATE_NAMESPACE
+from tools.harness.charts import release_values
 from tools.harness.pulumi_engine import project_config as stack_config
+from tools.harness.stack import AppliedStack, StackError
 
-from .charts import release_values
 from .conftest import apply_stack, require_e2e_tools
-from .stack import AppliedStack, StackError
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 

@@ -1,6 +1,6 @@
 """One stack applied to its own local cluster: the cluster, the real engine, the pods' processes.
 
-Used by the scenarios (tests/e2e) and by `make demo` (tools/demo.py):
+Used by the scenarios (tests/e2e), `make demo` (tools/demo.py) and bench/local_stack.py:
 
     with AppliedStack("local", workdir) as applied:
         applied.up()          # `pulumi up` of the whole program, then the pods run
@@ -26,14 +26,28 @@ import yaml
 from kubernetes import client, dynamic
 from pulumi import automation as auto
 
-from tools.harness.cluster import LocalCluster
+from tools.harness.charts import MONITORING_CRDS, chart_overrides
+from tools.harness.cluster import CLUSTER_TOOLS, LocalCluster
 from tools.harness.controlplane import Lifecycle, require_tool
 from tools.harness.fake_nodes import FakeNode, cpu_node, gpu_node
-from tools.harness.pulumi_engine import COMMAND_RECORD_VARIABLE, ProjectStack
+from tools.harness.pulumi_engine import (
+    COMMAND_RECORD_VARIABLE,
+    WHOLE_PROGRAM_TOOLS,
+    ProjectStack,
+)
 from tools.harness.pulumi_engine import project_config as stack_config
+from tools.harness.workloads import PodRuntime
 
-from .charts import chart_overrides
-from .workloads import PodRuntime
+# Everything an applied stack runs: the cluster, kubeadm (its defaults stand for kubeadm's
+# ClusterConfiguration), the binpack scheduler built from scheduler/, the monitoring CRDs the
+# local chart carries, the engine and the kubernetes provider.
+STACK_TOOLS = (
+    *CLUSTER_TOOLS,
+    "kubeadm",
+    "gpu-binpack-scheduler",
+    MONITORING_CRDS,
+    *WHOLE_PROGRAM_TOOLS,
+)
 
 # What ControlPlaneFeatures turns on in the real clusters' API servers.
 ADMISSION_PLUGINS = ("ExtendedResourceToleration",)
