@@ -39,6 +39,7 @@ from components.opa_gate import (
 )
 from components.settings import (
     NODE_NAME,
+    NOT_SHOWN,
     PLAIN_TEXT_SHOWN,
     PROJECT,
     STRING,
@@ -430,8 +431,28 @@ def decode_raw_config(raw: Mapping[str, str]) -> dict[str, Any]:
     return values
 
 
+# Config namespaces besides the project's that a stack may hold: the providers' and the
+# engine's own (pulumi:tags, pulumi:disable-default-providers, ...).
+OTHER_NAMESPACES = ("kubernetes", "command", "tls", "pulumi")
+
+
+def foreign_key_problems(keys: Collection[str]) -> list[Problem]:
+    """Keys in a namespace that is neither the project's nor another that a stack may hold
+    (`gpu-clustr:gpuPool`): nothing would read them, and the key meant would take its
+    default (for gpuPool: every GPU node untainted by the next `up`)."""
+    expected = f"expected {PROJECT} (this project) or a provider's ({', '.join(OTHER_NAMESPACES)})"
+    problems = []
+    for full_key in sorted(keys):
+        namespace, colon, key = full_key.partition(":")
+        if colon and namespace != PROJECT and namespace not in OTHER_NAMESPACES:
+            allowed = f"unknown config namespace {namespace!r}; {expected}"
+            problems.append(Problem(key=key, value=NOT_SHOWN, allowed=allowed, namespace=namespace))
+    return problems
+
+
 def load_stack_config() -> StackConfig:
-    """Read and validate the selected stack's config from the Pulumi runtime."""
+    """Read and validate the selected stack's config from the Pulumi runtime; a key in an
+    unknown namespace is refused first."""
     from pulumi.runtime.config import (
         CONFIG,
         get_config_env,
@@ -440,6 +461,9 @@ def load_stack_config() -> StackConfig:
     )
 
     raw = {**get_config_env(), **CONFIG.get()}
+    foreign = foreign_key_problems(raw)
+    if foreign:
+        raise ConfigError(foreign)
     secret = {k for k in raw if is_config_secret(k)} | set(get_config_secret_keys_env())
     keys = {k.partition(":")[2] for k in secret if k.startswith(f"{PROJECT}:")}
     return parse_stack_config(decode_raw_config(raw), secret_keys=keys)

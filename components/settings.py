@@ -354,7 +354,8 @@ class _NotShown:
         return "<not shown>"
 
 
-_NOT_SHOWN = _NotShown()
+NOT_SHOWN = _NotShown()
+"""A Problem's value when it is not to be shown (a secret, or missing)."""
 
 
 @dataclass(frozen=True)
@@ -364,11 +365,13 @@ class Problem:
     key: str
     value: Any
     allowed: str
+    namespace: str = PROJECT
+    """The key's config namespace (another only for a key outside the project's)."""
 
     def __str__(self) -> str:
-        if self.value is _NOT_SHOWN:
-            return f"{PROJECT}:{self.key}: {self.allowed}"
-        return f"{PROJECT}:{self.key}: got {self.value!r}; {self.allowed}"
+        if self.value is NOT_SHOWN:
+            return f"{self.namespace}:{self.key}: {self.allowed}"
+        return f"{self.namespace}:{self.key}: got {self.value!r}; {self.allowed}"
 
 
 class ConfigError(pulumi.RunError, ValueError):
@@ -473,17 +476,17 @@ def format_problems(
             key = str(ctx["key"]) if "key" in ctx else _key_path(loc) + str(ctx.get("at", ""))
         elif err["type"] == "missing":
             # The input of a missing key is its parent object, which may hold mistyped keys.
-            allowed, key, value = "required", _key_path(loc), _NOT_SHOWN
+            allowed, key, value = "required", _key_path(loc), NOT_SHOWN
         elif err["type"] == "extra_forbidden":
             parent = _model_at(root, loc[len(prefix) : -1]) if len(loc) > len(prefix) else None
             keys = config_keys(parent) if parent else []
             allowed = f"unknown key; allowed: {', '.join(keys)}"
-            key, value = _key_path(loc), _NOT_SHOWN
+            key, value = _key_path(loc), NOT_SHOWN
         else:
             allowed = _BUILTIN_MESSAGES.get(err["type"], err["msg"])
             key = _key_path(loc)
         top = key.split(".", 1)[0].split("[", 1)[0]
-        if top in hidden and value is not _NOT_SHOWN and value not in ("", PLAIN_TEXT_SHOWN):
+        if top in hidden and value is not NOT_SHOWN and value not in ("", PLAIN_TEXT_SHOWN):
             value = SECRET_SHOWN
         problems.append(Problem(key, value, allowed))
     return problems

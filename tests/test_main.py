@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import runpy
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import yaml
 
 from components.cluster_access import CLAIM_KEY, PATCH_FORCE
 from stack_config import ConfigError
-from tests.conftest import ROOT, Recording, run_program
+from tests.conftest import ROOT, Recording, register, run_program, stack_config
 
 
 @pytest.fixture(autouse=True)
@@ -229,3 +230,33 @@ def test_main_pool_waits_for_the_extended_resources_layer() -> None:
     (advertised,) = recording.of_type("pulumi-python:dynamic/gpu-cluster:AdvertisedResources")
     pool = recording.named("gpu-pool")
     assert advertised.urn in pool.dependencies
+
+
+def test_main_refuses_a_key_in_a_misspelt_namespace_before_declaring_anything() -> None:
+    """`gpu-clustr:gpuPool` is not this project's key: ignored, the next `up` would untaint
+    every GPU node (the real gpuPool falls back to its default). Refused, naming the key."""
+    config = {"gpu-clustr:gpuPool": json.dumps({"nodes": ["lab-gpu-1"]})}
+    recording = Recording()
+    with pytest.raises(ConfigError) as refused:
+        register(
+            lambda: runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__"),
+            {**stack_config("dev"), **config},
+            "dev",
+            recording,
+        )
+    assert "gpu-clustr:gpuPool: unknown config namespace 'gpu-clustr'" in str(refused.value)
+    assert "gpu-cluster (this project)" in str(refused.value)
+    assert recording.resources == []
+
+
+def test_main_accepts_the_providers_config_namespaces() -> None:
+    """Provider and engine namespaces stay the user's to set."""
+    config = {"kubernetes:suppressHelmHookWarnings": "true", "pulumi:tags": "{}"}
+    recording = Recording()
+    register(
+        lambda: runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__"),
+        {**stack_config("dev"), **config},
+        "dev",
+        recording,
+    )
+    assert recording.resources

@@ -85,6 +85,28 @@ def test_a_new_pool_label_value_updates_the_pool_and_nothing_else(applied: Appli
     assert _resources_only(applied.up()) == [("update", pool_set)]
 
 
+def test_a_key_in_a_misspelt_namespace_is_refused_and_nothing_changes(
+    applied: AppliedStack,
+) -> None:
+    """`gpu-clustr:gpuPool` in the stack file: `pulumi up` stops before anything is declared,
+    naming the key, and the pool stays tainted (ignored, the pool would fall back to its
+    default and be untainted)."""
+    nodes = applied.node_state()
+    document_key = "gpu-clustr:gpuPool"
+    path = applied.engine.project_dir / f"Pulumi.{applied.name}.yaml"
+    document = yaml.safe_load(path.read_text())
+    document["config"][document_key] = document["config"].pop("gpu-cluster:gpuPool")
+    path.write_text(yaml.safe_dump(document))
+    try:
+        with pytest.raises(StackError) as refused:
+            applied.up()
+        assert "gpu-clustr:gpuPool: unknown config namespace 'gpu-clustr'" in str(refused.value)
+        assert applied.node_state() == nodes
+    finally:
+        applied.set_config()
+    assert _resources_only(applied.up()) == []
+
+
 def test_a_hand_edit_of_the_scheduler_config_shows_in_refresh_and_up_puts_it_back(
     applied: AppliedStack,
 ) -> None:
