@@ -548,6 +548,41 @@ class LocalControlPlane(Lifecycle):
             [self._etcd, self._apiserver],
         )
 
+    def restart_apiserver(self, down_seconds: float = 0.0) -> None:
+        """Stop kube-apiserver, wait `down_seconds`, start it again on the same port (an
+        upgrade or a crash of the API server, as clients see it)."""
+        assert self._apiserver is not None, "not started"
+        self._apiserver.stop()
+        time.sleep(down_seconds)
+        self._apiserver = ManagedProcess(
+            "kube-apiserver",
+            self.apiserver_argv(require_tool("kube-apiserver")),
+            self.apiserver_log_path,
+        )
+        self._apiserver.start()
+        context = self.ssl_context()
+        self._wait(
+            "kube-apiserver",
+            lambda: self._http_ok(f"{self.server}/readyz", context),
+            [self._etcd, self._apiserver],
+        )
+
+    def restart_etcd(self, down_seconds: float = 0.0) -> None:
+        """Stop etcd, wait `down_seconds`, start it again on its ports and data; returns once
+        the API server is ready again."""
+        assert self._etcd is not None and self._apiserver is not None, "not started"
+        argv = self._etcd.argv
+        self._etcd.stop()
+        time.sleep(down_seconds)
+        self._etcd = ManagedProcess("etcd", argv, self.etcd_log_path)
+        self._etcd.start()
+        context = self.ssl_context()
+        self._wait(
+            "kube-apiserver",
+            lambda: self._http_ok(f"{self.server}/readyz", context),
+            [self._etcd, self._apiserver],
+        )
+
     def _write_kubeconfig(self) -> None:
         self.kubeconfig_path.write_text(self.kubeconfig_yaml())
         self.kubeconfig_path.chmod(0o600)
