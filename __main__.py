@@ -119,6 +119,7 @@ if config.monitoring.enabled:
             access=access,
             grafana_admin_password=config.grafana_admin_password,
             dcgm=gpu_operator.dcgm_target if gpu_operator is not None else None,
+            gpu_resources=gpu_resources,
             opa_serving_cert_not_after=(
                 gate.serving_cert_not_after if config.admission.engine == "opa" else None
             ),

@@ -6,23 +6,31 @@
 - Grafana's admin password comes from a Pulumi secret, stored in a Kubernetes Secret the chart
   reads (`grafana.admin.existingSecret`), or from a Secret that already exists; never the chart
   default. Grafana's sidecar loads dashboards from ConfigMaps labelled grafana_dashboard=1.
-- The GPU dashboard (components/dashboards/gpu.json): utilisation and framebuffer memory per node
-  and per namespace/pod, allocated vs allocatable GPUs per node, free GPUs per node
-  (fragmentation at a glance), temperature, power and XID errors. The PrometheusRule gpu-alerts
-  (components/alerts/gpu.rules.yaml): XID error, GPU above 85 C for 5 minutes, a GPU pod Pending
-  for 10 minutes, a node with GPU capacity but 0 allocatable for 5 minutes (device plugin down).
-  Both are deployed as they are; the tests parse every PromQL expression in them with
-  Prometheus' parser and run promtool.
+- The GPU dashboard (components/dashboards/gpu.json): utilisation (DCGM_FI_DEV_GPU_UTIL, or
+  DCGM_FI_PROF_GR_ENGINE_ACTIVE on MIG GPUs, which have no GPU_UTIL) and framebuffer memory
+  (MiB) per node and per workload pod, allocated vs allocatable and free GPUs per node and GPU
+  resource, temperature, power and XID codes. The PrometheusRule gpu-alerts
+  (components/alerts/gpu.rules.yaml): a new XID code (hardware, or raised by the application),
+  GPU above 85 C for 5 minutes, a GPU pod unschedulable for 10 minutes, a GPU node with nothing
+  allocatable for 5 minutes (device plugin down, GPUs unhealthy), and, when the stack scrapes
+  dcgm-exporter, GPU nodes without its metrics and no dcgm-exporter target at all.
+  Both select GPU resources by a regex built from the GPU Operator's settings (gpu_resources,
+  GpuOperatorSettings.gpu_resources(), as the gate and the scheduler get them), in
+  kube-state-metrics' names; the tests parse every PromQL expression with Prometheus' parser
+  and run promtool on the rules and on the panels.
 - Exactly one ServiceMonitor scrapes dcgm-exporter, and it is this one, not the GPU Operator
   chart's (forced off there; config turning it on while monitoring is enabled is rejected): its
-  CRD arrives with this release, so it is created after the release, and it needs honorLabels,
-  the node from the pod's node name and the misleading Hostname label dropped (dcgm_endpoint).
+  CRD arrives with this release, so it is created after the release. honorLabels stays false so
+  the workload labels dcgm-exporter puts on a GPU's series land in exported_namespace/
+  exported_pod/exported_container, apart from the exporter pod's own; `node` comes from the
+  pod's node name, the misleading Hostname label is dropped and the job is fixed (dcgm_endpoint).
   Its target namespace comes from the operator's release status.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Self
@@ -33,7 +41,7 @@ import yaml
 from pydantic import Field, ValidationInfo, model_validator
 
 from components.cluster_access import ClusterAccess
-from components.gpu_operator import DcgmTarget, deep_merge
+from components.gpu_operator import WHOLE_GPU, DcgmTarget, GpuResources, deep_merge
 from components.settings import (
     BOOL,
     HELM_REPOSITORY,
@@ -64,16 +72,82 @@ CERT_NOT_AFTER_METRIC = "gpu_cluster:opa_serving_cert_not_after:timestamp_second
 DASHBOARD_LABEL = "grafana_dashboard"
 GRAFANA_USER_KEY = "admin-user"
 GRAFANA_PASSWORD_KEY = "admin-password"
+# The job label of dcgm-exporter's series (set by dcgm_endpoint): the absence alerts select it.
+DCGM_JOB = "dcgm-exporter"
+# Placeholders in gpu.rules.yaml, filled in by rule_groups(): PromQL has no variables.
+GPU_RESOURCES_PLACEHOLDER = "$gpu_resources"
+DCGM_JOB_PLACEHOLDER = "$dcgm_job"
+_PLACEHOLDER = re.compile(r"\$[A-Za-z_]")
+# The rule group on missing dcgm-exporter data: deployed only when the stack scrapes it.
+DCGM_ABSENCE_GROUP = "gpu-cluster.gpu.absent"
+# The dashboard's constant variable holding the same regex (panels use $gpu_resources).
+DASHBOARD_RESOURCES_VARIABLE = "gpu_resources"
+# kube-state-metrics turns a resource name into a label value by replacing every character
+# outside [a-zA-Z0-9_] with `_`: nvidia.com/mig-1g.10gb -> nvidia_com_mig_1g_10gb.
+# Ref: https://github.com/kubernetes/kube-state-metrics/blob/main/internal/store/utils.go (sanitizeLabelName)
+_KSM_INVALID = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def kube_state_metrics_resource(name: str) -> str:
+    """A Kubernetes resource name as kube-state-metrics exports it in its `resource` label."""
+    return _KSM_INVALID.sub("_", name)
+
+
+def gpu_resource_regex(resources: GpuResources) -> str:
+    """The regex (Prometheus: anchored RE2) matching the `resource` label of every GPU
+    resource: each exact name, and each prefix (MIG profiles) followed by anything.
+
+    Sanitised names hold only [a-zA-Z0-9_], so nothing needs escaping.
+    """
+    names = [kube_state_metrics_resource(n) for n in resources.names]
+    names += [kube_state_metrics_resource(p) + ".+" for p in resources.prefixes]
+    return "|".join(dict.fromkeys(names))
 
 
 def load_dashboard(path: Path = DASHBOARD_FILE) -> dict[str, Any]:
-    """The GPU dashboard (Grafana JSON model)."""
+    """The GPU dashboard (Grafana JSON model) as written, with its default resource regex."""
     return dict(json.loads(path.read_text()))
+
+
+def gpu_dashboard(resources: GpuResources, path: Path = DASHBOARD_FILE) -> dict[str, Any]:
+    """The GPU dashboard as deployed: its hidden constant variable `gpu_resources` holds the
+    regex of `resources`, which the panels and the node variable select with."""
+    dashboard = load_dashboard(path)
+    (variable,) = [
+        v for v in dashboard["templating"]["list"] if v["name"] == DASHBOARD_RESOURCES_VARIABLE
+    ]
+    variable["query"] = gpu_resource_regex(resources)
+    return dashboard
 
 
 def load_rule_groups(path: Path = RULES_FILE) -> list[dict[str, Any]]:
     """The alert rule groups, in Prometheus rule-file form (also a PrometheusRule's spec)."""
     return list(yaml.safe_load(path.read_text())["groups"])
+
+
+def rule_groups(
+    resources: GpuResources, *, dcgm_scraped: bool = True, path: Path = RULES_FILE
+) -> list[dict[str, Any]]:
+    """gpu.rules.yaml as deployed: $gpu_resources and $dcgm_job filled in, and the group on
+    missing dcgm-exporter data left out when nothing scrapes dcgm-exporter (it would fire for
+    good)."""
+    values = {
+        GPU_RESOURCES_PLACEHOLDER: gpu_resource_regex(resources),
+        DCGM_JOB_PLACEHOLDER: DCGM_JOB,
+    }
+    groups = []
+    for group in load_rule_groups(path):
+        if group["name"] == DCGM_ABSENCE_GROUP and not dcgm_scraped:
+            continue
+        for rule in group["rules"]:
+            expr = str(rule["expr"])
+            for placeholder, value in values.items():
+                expr = expr.replace(placeholder, value)
+            if _PLACEHOLDER.search(expr):
+                raise ValueError(f"{path.name}: unknown placeholder left in {expr!r}")
+            rule["expr"] = expr
+        groups.append(group)
+    return groups
 
 
 def gate_rule_groups(not_after: str) -> list[dict[str, Any]]:
@@ -100,23 +174,30 @@ def gate_rule_groups(not_after: str) -> list[dict[str, Any]]:
 def dcgm_endpoint(port: str, interval: str) -> dict[str, Any]:
     """The scrape endpoint for dcgm-exporter.
 
-    honorLabels keeps the namespace/pod/container labels dcgm-exporter puts on each GPU's
-    series (the workload using the GPU) instead of overwriting them with the exporter pod's own.
+    dcgm-exporter puts namespace/pod/container on a GPU's series when a pod uses the GPU (the
+    kubelet's pod-resources API) and nothing on an idle GPU's. With honorLabels true Prometheus
+    filled the missing ones in from the target, so idle GPUs showed up as the exporter's own
+    pod; with honorLabels false (here) every series carries the exporter pod's labels and the
+    workload's are renamed exported_namespace/exported_pod/exported_container, which only
+    GPUs in use have. The dashboard and the alerts read the workload from exported_*.
     dcgm-exporter's Hostname label is the exporter pod's name, not the node's, so it is dropped
-    and `node` comes from the pod's node name.
+    and `node` comes from the pod's node name. The job is DCGM_JOB rather than the Service's
+    name, for the alerts on its absence.
+    # Ref: https://github.com/prometheus/prometheus/blob/v3.15.0/scrape/scrape.go (mutateSampleLabels)
     # Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-telemetry/latest/kube-prometheus.html
     """
     return {
         "port": port,
         "path": "/metrics",
         "interval": interval,
-        "honorLabels": True,
+        "honorLabels": False,
         "relabelings": [
             {
                 "sourceLabels": ["__meta_kubernetes_pod_node_name"],
                 "targetLabel": "node",
                 "action": "replace",
-            }
+            },
+            {"targetLabel": "job", "replacement": DCGM_JOB, "action": "replace"},
         ],
         "metricRelabelings": [{"action": "labeldrop", "regex": "Hostname"}],
     }
@@ -180,7 +261,13 @@ class MonitoringStackArgs(MonitoringStackSettings):
     grafana_admin_password: Annotated[pulumi.Output[str] | str | None, Runtime()] = None
     """Grafana admin password (a Pulumi secret); stored in a Secret the chart reads."""
     dcgm: Annotated[DcgmTarget | None, Runtime()] = None
-    """dcgm-exporter to scrape (GpuOperator.dcgm_target); None: no GPU metrics to scrape."""
+    """dcgm-exporter to scrape (GpuOperator.dcgm_target); None: no GPU metrics to scrape (and
+    no alerts on their absence)."""
+    gpu_resources: Annotated[GpuResources, Runtime()] = Field(
+        default_factory=lambda: GpuResources(names=(WHOLE_GPU,), prefixes=())
+    )
+    """The GPU resources pods ask for (GpuOperatorSettings.gpu_resources()): what the alerts
+    and the dashboard count as GPUs. Default: nvidia.com/gpu only."""
     opa_serving_cert_not_after: Annotated[pulumi.Output[str] | str | None, Runtime()] = None
     """When OPA's serving certificate expires (OpaGate.serving_cert_not_after, engine opa);
     None: no gate alerts."""
@@ -290,7 +377,7 @@ class MonitoringStack(pulumi.ComponentResource):
             child, pulumi.ResourceOptions(depends_on=[release])
         )
 
-        dashboard = load_dashboard()
+        dashboard = gpu_dashboard(args.gpu_resources)
         dashboard_map = k8s.core.v1.ConfigMap(
             f"{name}-gpu-dashboard",
             metadata={
@@ -307,7 +394,7 @@ class MonitoringStack(pulumi.ComponentResource):
             api_version="monitoring.coreos.com/v1",
             kind="PrometheusRule",
             metadata={"name": "gpu-alerts", "namespace": namespace_name, "labels": labels},
-            spec={"groups": load_rule_groups()},
+            spec={"groups": rule_groups(args.gpu_resources, dcgm_scraped=args.dcgm is not None)},
             opts=after_release,
         )
 

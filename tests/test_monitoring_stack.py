@@ -7,13 +7,20 @@ tests/test_promql.py.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from components import ClusterAccess, DcgmTarget, MonitoringStack, MonitoringStackArgs
-from components.monitoring_stack import DEFAULT_VERSION, load_dashboard, load_rule_groups
+from components.gpu_operator import GpuOperatorSettings, GpuResources
+from components.monitoring_stack import (
+    DEFAULT_VERSION,
+    gpu_dashboard,
+    gpu_resource_regex,
+    rule_groups,
+)
 from stack_config import ConfigError
 from tests.conftest import Recording, Registration, component_access, register, run_program
 
@@ -21,6 +28,10 @@ RELEASE = "kubernetes:helm.sh/v3:Release"
 SERVICE_MONITOR = "kubernetes:monitoring.coreos.com/v1:ServiceMonitor"
 PROMETHEUS_RULE = "kubernetes:monitoring.coreos.com/v1:PrometheusRule"
 PASSWORD = "correct-horse-battery-staple"
+# A label matcher on `resource` in PromQL.
+_RESOURCE_MATCHER = re.compile(r'\bresource\s*(?:=~|!~|!=|=)\s*"[^"]*"')
+# What the stack monitors when no GPU resources are handed in: whole GPUs only.
+_PLAIN_GPUS = GpuResources(names=("nvidia.com/gpu",), prefixes=())
 
 
 @pytest.fixture
@@ -126,22 +137,31 @@ def test_monitoring_stack_grafana_sidecar_loads_the_labelled_dashboard() -> None
     assert sidecar == {"enabled": True, "label": "grafana_dashboard", "labelValue": "1"}
     dashboard = recording.named("mon-gpu-dashboard")
     assert dashboard.inputs["metadata"]["labels"]["grafana_dashboard"] == "1"
-    assert json.loads(dashboard.inputs["data"]["gpu.json"]) == load_dashboard()
+    assert json.loads(dashboard.inputs["data"]["gpu.json"]) == gpu_dashboard(_PLAIN_GPUS)
 
 
-def test_monitoring_stack_dcgm_service_monitor_keeps_workload_labels_and_the_node() -> None:
+def test_monitoring_stack_dcgm_service_monitor_keeps_workload_labels_apart_from_the_exporters() -> (
+    None
+):
+    """honorLabels false: the target's pod/namespace/container (the exporter pod) are set on
+    every series, and dcgm-exporter's own, naming the workload using a GPU, become exported_*;
+    with honorLabels true an idle GPU, which has none, took the exporter pod's as its workload.
+    The job is fixed, for the alerts that notice it missing."""
     (monitor,) = _make_monitoring_stack().of_type(SERVICE_MONITOR)
     spec = monitor.inputs["spec"]
     assert spec["selector"] == {"matchLabels": {"app": "nvidia-dcgm-exporter"}}
     assert spec["namespaceSelector"] == {"matchNames": ["gpu-operator"]}
     (endpoint,) = spec["endpoints"]
     assert endpoint["port"] == "gpu-metrics"
-    assert endpoint["honorLabels"] is True
-    assert {
-        "sourceLabels": ["__meta_kubernetes_pod_node_name"],
-        "targetLabel": "node",
-        "action": "replace",
-    } in endpoint["relabelings"]
+    assert endpoint["honorLabels"] is False
+    assert endpoint["relabelings"] == [
+        {
+            "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+            "targetLabel": "node",
+            "action": "replace",
+        },
+        {"targetLabel": "job", "replacement": "dcgm-exporter", "action": "replace"},
+    ]
     assert endpoint["metricRelabelings"] == [{"action": "labeldrop", "regex": "Hostname"}]
 
 
@@ -154,22 +174,99 @@ def test_monitoring_stack_custom_resources_come_after_the_release() -> None:
     assert release.urn in rule.dependencies
 
 
-def test_monitoring_stack_rule_carries_the_rule_file() -> None:
+def test_monitoring_stack_rule_carries_the_rendered_rule_file() -> None:
     (rule,) = _make_monitoring_stack().of_type(PROMETHEUS_RULE)
-    assert rule.inputs["spec"] == {"groups": load_rule_groups()}
+    assert rule.inputs["spec"] == {"groups": rule_groups(_PLAIN_GPUS)}
     alerts = {r["alert"] for g in rule.inputs["spec"]["groups"] for r in g["rules"]}
     assert alerts == {
         "GpuXidError",
+        "GpuXidApplicationError",
         "GpuTemperatureHigh",
         "GpuPodPendingTooLong",
         "GpuNodeNoAllocatableGpus",
+        "GpuNodeMetricsMissing",
+        "DcgmExporterTargetsMissing",
     }
+    assert "$" not in json.dumps([r["expr"] for g in rule_groups(_PLAIN_GPUS) for r in g["rules"]])
 
 
 def test_monitoring_stack_without_dcgm_has_no_service_monitor() -> None:
     recording = _make_monitoring_stack(dcgm=None)
     assert recording.of_type(SERVICE_MONITOR) == []
     assert recording.of_type(PROMETHEUS_RULE)
+
+
+def test_monitoring_stack_without_dcgm_does_not_alert_on_missing_dcgm_metrics() -> None:
+    """Without dcgm-exporter (operator off, or its exporter disabled) nothing scrapes it, and
+    alerts on its absence would fire for good."""
+    (rule,) = _make_monitoring_stack(dcgm=None).of_type(PROMETHEUS_RULE)
+    alerts = {r["alert"] for g in rule.inputs["spec"]["groups"] for r in g["rules"]}
+    assert "GpuNodeMetricsMissing" not in alerts
+    assert "DcgmExporterTargetsMissing" not in alerts
+    assert "GpuNodeNoAllocatableGpus" in alerts
+
+
+def test_monitoring_stack_missing_metrics_alerts_select_the_service_monitors_job() -> None:
+    recording = _make_monitoring_stack()
+    (monitor,) = recording.of_type(SERVICE_MONITOR)
+    (job,) = [
+        r["replacement"]
+        for r in monitor.inputs["spec"]["endpoints"][0]["relabelings"]
+        if r["targetLabel"] == "job"
+    ]
+    (rule,) = recording.of_type(PROMETHEUS_RULE)
+    rules = {r["alert"]: r["expr"] for g in rule.inputs["spec"]["groups"] for r in g["rules"]}
+    assert f'up{{job="{job}"}}' in rules["DcgmExporterTargetsMissing"]
+    assert f'DCGM_FI_DEV_GPU_TEMP{{job="{job}"}}' in rules["GpuNodeMetricsMissing"]
+
+
+@pytest.mark.parametrize(
+    ("operator", "regex"),
+    [
+        ({}, "nvidia_com_gpu"),
+        (
+            {
+                "devicePlugin": {"timeSlicing": {"replicas": 4, "renameByDefault": True}},
+                "mig": {"strategy": "none"},
+            },
+            "nvidia_com_gpu|nvidia_com_gpu_shared",
+        ),
+        ({"mig": {"strategy": "mixed"}}, "nvidia_com_gpu|nvidia_com_mig_.+"),
+    ],
+    ids=["whole", "time-slicing-renamed", "mig-mixed"],
+)
+def test_monitoring_stack_gpu_resource_regex_uses_kube_state_metrics_names(
+    operator: dict[str, Any], regex: str
+) -> None:
+    """kube-state-metrics exports `nvidia.com/gpu.shared` as `nvidia_com_gpu_shared` and each
+    MIG profile (`nvidia.com/mig-1g.10gb`) as `nvidia_com_mig_1g_10gb`."""
+    resources = GpuOperatorSettings.model_validate({"enabled": True, **operator}).gpu_resources()
+    assert gpu_resource_regex(resources) == regex
+
+
+def test_monitoring_stack_rules_and_dashboard_select_the_operators_gpu_resources() -> None:
+    """Pods asking for time-sliced or MIG GPUs count in alerts and panels as the gate and the
+    scheduler count them: the resource names come from the GPU Operator's settings."""
+    resources = GpuResources(
+        names=("nvidia.com/gpu", "nvidia.com/gpu.shared"), prefixes=("nvidia.com/mig-",)
+    )
+    selector = 'resource=~"nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"'
+    recording = _make_monitoring_stack(gpu_resources=resources)
+    (rule,) = recording.of_type(PROMETHEUS_RULE)
+    exprs = [r["expr"] for g in rule.inputs["spec"]["groups"] for r in g["rules"]]
+    matchers = [m for e in exprs for m in _RESOURCE_MATCHER.findall(e)]
+    assert len(matchers) == 4
+    assert set(matchers) == {selector}
+    dashboard = json.loads(recording.named("mon-gpu-dashboard").inputs["data"]["gpu.json"])
+    (constant,) = [v for v in dashboard["templating"]["list"] if v["type"] == "constant"]
+    assert constant["query"] == "nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"
+    queries = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    queries += [
+        v["query"]["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"
+    ]
+    matchers = [m for e in queries for m in _RESOURCE_MATCHER.findall(e)]
+    assert len(matchers) == 6
+    assert set(matchers) == {f'resource=~"${constant["name"]}"'}
 
 
 def test_monitoring_stack_free_form_values_are_merged_last() -> None:

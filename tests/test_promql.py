@@ -1,9 +1,14 @@
 """The GPU dashboard and alert rules, checked with Prometheus' own code.
 
-- promtool (tools/go/promtool, Prometheus 3.15.0): `check rules` and `test rules` on the exact
-  files MonitoringStack deploys;
+- promtool (tools/go/promtool, Prometheus 3.15.0): `check rules` and `test rules` on the rules
+  exactly as MonitoringStack renders them, and `test rules` on dashboard panels (promql_expr_test
+  on each panel's query as Grafana sends it) with series written as Prometheus stores them;
 - promql-metrics (same module): Prometheus' PromQL parser on every dashboard expression,
   reporting the metric names each one selects, which must all be in tests/fixtures/metrics.yaml.
+
+Rules and dashboard are rendered for every kind of GPU resource at once (TEST_RESOURCES: whole
+GPUs, time-slicing renamed, MIG mixed); no one stack has the last two together, and what holds
+for the three holds for each.
 
 Both are built by tools/build-tools.sh; without them these tests skip (and fail under CI=true).
 """
@@ -19,18 +24,33 @@ from typing import Any
 import pytest
 import yaml
 
+from components.gpu_operator import GpuResources
 from components.monitoring_stack import (
     DASHBOARD_FILE,
     GATE_RULES_FILE,
     RULES_FILE,
     gate_rule_groups,
+    gpu_dashboard,
     load_dashboard,
+    rule_groups,
 )
 from tests.integration.conftest import built_tool
 
 REPO = Path(__file__).resolve().parent.parent
 RULES_TEST_FILE = RULES_FILE.with_name("gpu.rules.test.yaml")
 METRICS_FIXTURE = REPO / "tests" / "fixtures" / "metrics.yaml"
+TEST_RESOURCES = GpuResources(
+    names=("nvidia.com/gpu", "nvidia.com/gpu.shared"), prefixes=("nvidia.com/mig-",)
+)
+# dcgm-exporter's series as Prometheus stores them under the stack's ServiceMonitor
+# (honorLabels false): the target's pod/namespace/container are the exporter pod's, and the
+# exporter's own labels for the workload using a GPU are renamed exported_* on conflict.
+# Ref: https://github.com/prometheus/prometheus/blob/v3.15.0/scrape/scrape.go (mutateSampleLabels)
+EXPORTER = (
+    'job="dcgm-exporter", pod="nvidia-dcgm-exporter-7k2xq", namespace="gpu-operator", '
+    'container="nvidia-dcgm-exporter"'
+)
+WORKLOAD = 'exported_pod="train-0", exported_namespace="ml", exported_container="main"'
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +105,78 @@ def dashboard_expressions(dashboard: dict[str, Any]) -> list[str]:
 
 
 def rule_expressions() -> list[str]:
-    groups = yaml.safe_load(RULES_FILE.read_text())["groups"]
-    return [rule["expr"] for group in groups for rule in group["rules"]]
+    return [rule["expr"] for group in rule_groups(TEST_RESOURCES) for rule in group["rules"]]
+
+
+def _rendered_rules(tmp_path: Path, rules_text: str | None = None) -> Path:
+    """The rules as the stack deploys them (TEST_RESOURCES) beside a copy of their promtool
+    tests; `rules_text` stands in for gpu.rules.yaml. Returns the tests' path."""
+    source = RULES_FILE
+    if rules_text is not None:
+        source = tmp_path / "source.rules.yaml"
+        source.write_text(rules_text)
+    groups = rule_groups(TEST_RESOURCES, path=source)
+    (tmp_path / RULES_FILE.name).write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+    shutil.copy(RULES_TEST_FILE, tmp_path / RULES_TEST_FILE.name)
+    return tmp_path / RULES_TEST_FILE.name
+
+
+def _panel_expr(dashboard: dict[str, Any], title: str, ref_id: str = "A") -> str:
+    """A panel query as Grafana sends it with every node selected: `$node` is the variable's
+    allValue, a constant variable its value."""
+    (expr,) = [
+        t["expr"]
+        for p in _panels(dashboard)
+        if p["title"] == title
+        for t in p["targets"]
+        if t["refId"] == ref_id
+    ]
+    return _interpolate(dashboard, str(expr))
+
+
+def _interpolate(dashboard: dict[str, Any], expr: str) -> str:
+    values: dict[str, str] = {}
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "constant":
+            values[variable["name"]] = variable["query"]
+        elif variable["type"] == "query" and variable.get("includeAll"):
+            values[variable["name"]] = variable["allValue"]
+    for name in sorted(values, key=len, reverse=True):
+        expr = expr.replace("${" + name + "}", values[name]).replace("$" + name, values[name])
+    assert "$" not in expr, expr
+    return expr
+
+
+def _promtool_expr(
+    promtool: Path,
+    tmp_path: Path,
+    series: dict[str, str],
+    expr: str,
+    expected: dict[str, float],
+    eval_time: str = "1m",
+) -> subprocess.CompletedProcess[str]:
+    """promtool's promql_expr_test: `expr` over `series` (selector: values) at `eval_time`
+    gives exactly `expected` (labels: value)."""
+    test = {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": k, "values": v} for k, v in series.items()],
+                "promql_expr_test": [
+                    {
+                        "expr": expr,
+                        "eval_time": eval_time,
+                        "exp_samples": [{"labels": k, "value": v} for k, v in expected.items()],
+                    }
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "panel.test.yaml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    return _run(promtool, "test", "rules", path)
 
 
 def _fixture_metrics() -> dict[str, dict[str, str]]:
@@ -106,7 +196,7 @@ def test_promql_dashboard_json_loads_with_targets_and_unique_ids() -> None:
 
 
 def test_promql_every_dashboard_expression_parses(promql_metrics: Path) -> None:
-    expressions = dashboard_expressions(load_dashboard())
+    expressions = dashboard_expressions(gpu_dashboard(TEST_RESOURCES))
     assert len(expressions) >= 10
     failures = [r for r in _parse(promql_metrics, expressions) if r["error"]]
     assert failures == []
@@ -114,7 +204,7 @@ def test_promql_every_dashboard_expression_parses(promql_metrics: Path) -> None:
 
 def test_promql_every_rule_expression_parses(promql_metrics: Path) -> None:
     results = _parse(promql_metrics, rule_expressions())
-    assert len(results) == 4
+    assert len(results) == 7
     assert [r for r in results if r["error"]] == []
 
 
@@ -144,7 +234,9 @@ def test_promql_parser_reports_selected_metrics(promql_metrics: Path) -> None:
 
 def test_promql_dashboard_and_rules_use_only_known_metrics(promql_metrics: Path) -> None:
     known = _fixture_metrics()
-    results = _parse(promql_metrics, dashboard_expressions(load_dashboard()) + rule_expressions())
+    results = _parse(
+        promql_metrics, dashboard_expressions(gpu_dashboard(TEST_RESOURCES)) + rule_expressions()
+    )
     unknown = {(m, r["expr"]) for r in results for m in r["metrics"] if m not in known}
     assert unknown == set()
 
@@ -152,18 +244,26 @@ def test_promql_dashboard_and_rules_use_only_known_metrics(promql_metrics: Path)
 def test_promql_metrics_fixture_lists_only_used_metrics_with_a_source(
     promql_metrics: Path,
 ) -> None:
-    results = _parse(promql_metrics, dashboard_expressions(load_dashboard()) + rule_expressions())
+    results = _parse(
+        promql_metrics, dashboard_expressions(gpu_dashboard(TEST_RESOURCES)) + rule_expressions()
+    )
     used = {m for r in results for m in r["metrics"]}
     known = _fixture_metrics()
     assert set(known) == used
-    assert {entry["source"] for entry in known.values()} == {"dcgm-exporter", "kube-state-metrics"}
+    # prometheus: `up`, the scrape's own series (the absence alerts).
+    assert {entry["source"] for entry in known.values()} == {
+        "dcgm-exporter",
+        "kube-state-metrics",
+        "prometheus",
+    }
 
 
 def test_promql_dashboard_shows_the_gpu_views(promql_metrics: Path) -> None:
-    results = _parse(promql_metrics, dashboard_expressions(load_dashboard()))
+    results = _parse(promql_metrics, dashboard_expressions(gpu_dashboard(TEST_RESOURCES)))
     used = {m for r in results for m in r["metrics"]}
     assert {
         "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
         "DCGM_FI_DEV_FB_USED",
         "DCGM_FI_DEV_GPU_TEMP",
         "DCGM_FI_DEV_POWER_USAGE",
@@ -173,14 +273,15 @@ def test_promql_dashboard_shows_the_gpu_views(promql_metrics: Path) -> None:
     } <= used
 
 
-def test_promql_promtool_checks_the_rules_file(promtool: Path) -> None:
-    result = _run(promtool, "check", "rules", "--lint=all", "--lint-fatal", RULES_FILE)
+def test_promql_promtool_checks_the_rules_as_deployed(promtool: Path, tmp_path: Path) -> None:
+    rules = _rendered_rules(tmp_path).with_name(RULES_FILE.name)
+    result = _run(promtool, "check", "rules", "--lint=all", "--lint-fatal", rules)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 4 rules found" in result.stdout
+    assert "SUCCESS: 7 rules found" in result.stdout
 
 
-def test_promql_promtool_unit_tests_fire_each_alert(promtool: Path) -> None:
-    result = _run(promtool, "test", "rules", RULES_TEST_FILE)
+def test_promql_promtool_unit_tests_fire_each_alert(promtool: Path, tmp_path: Path) -> None:
+    result = _run(promtool, "test", "rules", _rendered_rules(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
 
@@ -192,9 +293,7 @@ def test_promql_promtool_unit_tests_catch_a_changed_threshold(
         "(DCGM_FI_DEV_GPU_TEMP) > 85", "(DCGM_FI_DEV_GPU_TEMP) > 95"
     )
     assert changed != RULES_FILE.read_text()
-    (tmp_path / RULES_FILE.name).write_text(changed)
-    shutil.copy(RULES_TEST_FILE, tmp_path / RULES_TEST_FILE.name)
-    result = _run(promtool, "test", "rules", tmp_path / RULES_TEST_FILE.name)
+    result = _run(promtool, "test", "rules", _rendered_rules(tmp_path, changed))
     assert result.returncode != 0
     assert "GpuTemperatureHigh" in result.stdout + result.stderr
 
@@ -214,3 +313,123 @@ def test_promql_promtool_gate_alerts_fire_before_the_certificate_expires(
     result = _run(promtool, "test", "rules", GATE_RULES_FILE.with_name("gate.rules.test.yaml"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
+
+
+# The dashboard's panels, evaluated by promtool on series written as Prometheus stores them.
+
+
+def test_promql_per_pod_panels_leave_idle_gpus_out(promtool: Path, tmp_path: Path) -> None:
+    """GPU 0 runs ml/train-0, GPU 1 is idle: its series carry only the exporter pod's labels,
+    which must not show up as a workload."""
+    dashboard = gpu_dashboard(TEST_RESOURCES)
+    busy = f'node="gpu-1", gpu="0", UUID="GPU-a", {EXPORTER}, {WORKLOAD}'
+    idle = f'node="gpu-1", gpu="1", UUID="GPU-b", {EXPORTER}'
+    series = {
+        f"DCGM_FI_DEV_GPU_UTIL{{{busy}}}": "80x2",
+        f"DCGM_FI_DEV_GPU_UTIL{{{idle}}}": "0x2",
+        f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{busy}}}": "0.75x2",
+        f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{idle}}}": "0x2",
+        f"DCGM_FI_DEV_FB_USED{{{busy}}}": "30000x2",
+        f"DCGM_FI_DEV_FB_USED{{{idle}}}": "0x2",
+    }
+    workload = '{exported_namespace="ml", exported_pod="train-0"}'
+    for title, value in [
+        ("GPU utilisation per pod", 80.0),
+        ("Framebuffer memory used per pod", 30000.0),
+    ]:
+        expr = _panel_expr(dashboard, title)
+        result = _promtool_expr(promtool, tmp_path, series, expr, {workload: value})
+        assert result.returncode == 0, f"{title}: {result.stdout}{result.stderr}"
+
+
+def test_promql_utilisation_panels_show_mig_gpus(promtool: Path, tmp_path: Path) -> None:
+    """A MIG-enabled GPU has no DCGM_FI_DEV_GPU_UTIL, only DCGM_FI_PROF_GR_ENGINE_ACTIVE per
+    GPU instance; a whole GPU has both, and its GPU_UTIL is the one shown."""
+    dashboard = gpu_dashboard(TEST_RESOURCES)
+    whole = f'node="gpu-1", gpu="0", UUID="GPU-a", {EXPORTER}, {WORKLOAD}'
+    mig = f'node="gpu-2", gpu="0", UUID="GPU-c", {EXPORTER}, GPU_I_PROFILE="3g.40gb"'
+    series = {
+        f"DCGM_FI_DEV_GPU_UTIL{{{whole}}}": "50x2",
+        f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{whole}}}": "0.6x2",
+        f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{mig}, GPU_I_ID="1", exported_pod="a", '
+        'exported_namespace="ml"}': "0.2x2",
+        f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{mig}, GPU_I_ID="2", exported_pod="b", '
+        'exported_namespace="ml"}': "0.4x2",
+    }
+    per_node = _panel_expr(dashboard, "GPU utilisation per node")
+    result = _promtool_expr(
+        promtool, tmp_path, series, per_node, {'{node="gpu-1"}': 50.0, '{node="gpu-2"}': 30.0}
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    per_pod = _panel_expr(dashboard, "GPU utilisation per pod")
+    expected = {
+        '{exported_namespace="ml", exported_pod="train-0"}': 50.0,
+        '{exported_namespace="ml", exported_pod="a"}': 20.0,
+        '{exported_namespace="ml", exported_pod="b"}': 40.0,
+    }
+    result = _promtool_expr(promtool, tmp_path, series, per_pod, expected)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promql_capacity_panels_count_every_gpu_resource(promtool: Path, tmp_path: Path) -> None:
+    """Whole, time-sliced (renamed) and MIG GPUs each appear, per node and resource."""
+    dashboard = gpu_dashboard(TEST_RESOURCES)
+    series: dict[str, str] = {
+        'kube_node_status_allocatable{node="cpu-1", resource="cpu", unit="core"}': "16x2"
+    }
+    used = {
+        ("gpu-1", "nvidia_com_gpu"): (8, 2),
+        ("gpu-2", "nvidia_com_gpu_shared"): (32, 1),
+        ("gpu-3", "nvidia_com_mig_1g_10gb"): (7, 3),
+    }
+    for (node, resource), (allocatable, requested) in used.items():
+        pod = f'namespace="ml", pod="on-{node}", uid="{node}"'
+        series[
+            f'kube_node_status_allocatable{{node="{node}", resource="{resource}", unit="integer"}}'
+        ] = f"{allocatable}x2"
+        series[
+            f'kube_pod_container_resource_requests{{{pod}, container="main", node="{node}", '
+            f'resource="{resource}", unit="integer"}}'
+        ] = f"{requested}x2"
+        series[f'kube_pod_status_phase{{{pod}, phase="Running"}}'] = "1x2"
+
+    def per_resource(values: dict[tuple[str, str], int]) -> dict[str, float]:
+        return {f'{{node="{n}", resource="{r}"}}': float(v) for (n, r), v in values.items()}
+
+    for title, ref_id, expected in [
+        (
+            "Free GPUs per node and resource",
+            "A",
+            per_resource({k: a - r for k, (a, r) in used.items()}),
+        ),
+        (
+            "Allocated vs allocatable GPUs per node and resource",
+            "A",
+            per_resource({k: a for k, (a, _) in used.items()}),
+        ),
+        (
+            "Allocated vs allocatable GPUs per node and resource",
+            "B",
+            per_resource({k: r for k, (_, r) in used.items()}),
+        ),
+    ]:
+        expr = _panel_expr(dashboard, title, ref_id)
+        result = _promtool_expr(promtool, tmp_path, series, expr, expected)
+        assert result.returncode == 0, f"{title} {ref_id}: {result.stdout}{result.stderr}"
+    # The node variable lists the three GPU nodes, not the CPU one.
+    (variable,) = [v for v in dashboard_expressions(dashboard) if v.startswith("kube_node_status")]
+    nodes = f"group by (node) ({_interpolate(dashboard, variable)})"
+    expected_nodes = {f'{{node="{n}"}}': 1.0 for n in ("gpu-1", "gpu-2", "gpu-3")}
+    result = _promtool_expr(promtool, tmp_path, series, nodes, expected_nodes)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promql_framebuffer_panels_are_in_mebibytes() -> None:
+    """DCGM's FB_USED/FB_FREE are MiB: Grafana's `mbytes`, not the SI `decmbytes`."""
+    framebuffer = [
+        p
+        for p in _panels(load_dashboard())
+        if any("DCGM_FI_DEV_FB_" in t["expr"] for t in p["targets"])
+    ]
+    assert len(framebuffer) == 2
+    assert {p["fieldConfig"]["defaults"]["unit"] for p in framebuffer} == {"mbytes"}

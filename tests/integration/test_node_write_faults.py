@@ -78,7 +78,8 @@ def test_failed_node_writes_are_named_and_the_next_up_repairs_them(
         for node in GPU_NODES:
             assert TAINT in live[node]["taints"], node
             assert live[node]["labels"]["gpu-cluster.io/pool"] == "gpu", node
-            annotations = core.read_node(node).metadata.annotations or {}
+            metadata = core.read_node(node).metadata
+            annotations = (metadata.annotations if metadata else None) or {}
             owned = [k for k in annotations if k.startswith(OWNERSHIP_PREFIX)]
             assert owned, f"{node} has no ownership record"
         assert live["box-1"]["capacity"]["example.com/dongle"] == "4"
