@@ -107,6 +107,7 @@ gate = OpaGate(
         device_resources=gpu_resources.names,
         gpu_resource_prefixes=gpu_resources.prefixes,
         pool_toleration=gpu_pool.toleration,
+        operator_pods=config.gpu_operator.operator_pods(),
     ),
 )
 

@@ -11,8 +11,10 @@ The change is made where kubeadm keeps it, then kubeadm applies it:
    waits for the pods and rolls back on failure; a manifest with hand edits kubeadm would
    drop is refused first, naming them;
 3. each kubelet host, one at a time, gets the gates as a kubeadm patch in a directory of this
-   stack and runs `kubeadm upgrade node phase kubelet-config --patches` (per node, so the
-   cluster-wide kubelet-config ConfigMap is left alone).
+   stack and runs `kubeadm upgrade node phase kubelet-config --patches` with every stack's
+   patch on the host (per node, so the cluster-wide kubelet-config ConfigMap is left alone),
+   unless the kubelet already runs with kubeadm's rendering; settings of the node's kubelet
+   config that kubeadm would drop are refused first, naming them.
 
 Everything is one chain over SSH with pinned host keys. `pulumi destroy` walks it backwards:
 kubelet patches out, the ClusterConfiguration back to what it was, then every control-plane
@@ -113,7 +115,8 @@ class ControlPlaneFeaturesArgs:
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
     """Feature gates for the API server, controller manager, scheduler and the kubelets."""
     state_dir: str = DEFAULT_STATE_DIR
-    """Directory on the hosts holding a subdirectory per stack (kubelet patches, record)."""
+    """Directory on the hosts holding a subdirectory per stack (kubelet patches, record).
+    Stacks sharing hosts share it: a kubelet gets every stack's patch found there."""
     ready_timeout_seconds: int = 300
     """How long a restarted kubelet may take to be healthy before its old config is restored."""
 
@@ -195,7 +198,7 @@ class ControlPlaneFeatures(pulumi.ComponentResource):
             suffix: str,
             host: RemoteHost,
             create: pulumi.Input[str] | None,
-            delete: str | None = None,
+            delete: pulumi.Input[str] | None = None,
         ) -> None:
             cmd = remote.Command(
                 f"{name}-{suffix}-{host.name}",
@@ -259,11 +262,16 @@ class ControlPlaneFeatures(pulumi.ComponentResource):
             "STACK_DIR": stack_dir,
             "TIMEOUT": args.ready_timeout_seconds,
         }
-        kubelet_command = config.gates.apply(
-            lambda g: host_command("kubelet", {**kubelet_vars, "GATES": _gate_items(g or {})})
-        )
+
+        def kubelet_command(action: str) -> pulumi.Output[str]:
+            # The removal gets the gates too: it takes them out even when the host's patch
+            # is gone, comparing with what the kubelet runs with.
+            return config.gates.apply(
+                lambda g: host_command(action, {**kubelet_vars, "GATES": _gate_items(g or {})})
+            )
+
         for host in args.kubelet_hosts if args.feature_gates else ():
-            command("kubelet", host, kubelet_command, host_command("kubelet-remove", kubelet_vars))
+            command("kubelet", host, kubelet_command("kubelet"), kubelet_command("kubelet-remove"))
 
         touched = [h.name for h in args.control_plane_hosts]
         if args.feature_gates:

@@ -18,12 +18,13 @@ from typing import Any
 
 import pulumi
 import pytest
+import yaml
 
 from components import ControlPlaneFeatures, ControlPlaneFeaturesArgs, RemoteHost, SshAccess
 from components.cluster_access import ClusterAccess
 from stack_config import ConfigError
 from tests.conftest import SECRET_SIG, Recording, Registration, register, run_program
-from tests.fake_kubeadm_host import FakeHost
+from tests.fake_kubeadm_host import INSTANCE_CONFIG, FakeHost, kubelet_config
 
 COMMAND = "command:remote:Command"
 KUBEADM_CONFIG = "pulumi-python:dynamic/gpu-cluster:KubeadmConfig"
@@ -381,13 +382,25 @@ def test_control_plane_features_host_kubelet_without_gates_to_set_writes_no_patc
     result = host.run(empty)
     assert result.returncode == 0, result.stderr
     assert not (host.state / "dev").exists()
-    assert host.kubeadm_calls() == []
+    # kubeadm's dry run finds the kubelet as it would leave it: no phase, no restart.
+    assert host.kubeadm_calls() == ["kubeadm upgrade node phase kubelet-config --dry-run"]
+    assert "systemctl" not in host.calls.read_text()
+
+
+GATE = {"CPUManagerPolicyBetaOptions": True}
+"""The gate `_make_features` asks for."""
+NODE_SETTINGS = {
+    "cpuManagerPolicy": "static",
+    "reservedSystemCPUs": "0-1",
+    "maxPods": 250,
+    "topologyManagerPolicy": "single-numa-node",
+}
+"""Per-node kubelet settings common on GPU nodes, in neither the ConfigMap nor a patch."""
 
 
 def test_control_plane_features_host_kubelet_patch_per_node_and_removal(tmp_path: Path) -> None:
     host = FakeHost(tmp_path)
-    commands = registered_commands(host)
-    kubelet = commands["cpf-kubelet-gpu-1"].inputs
+    kubelet = registered_commands(host)["cpf-kubelet-gpu-1"].inputs
     result = host.run(kubelet["create"])
     assert result.returncode == 0, result.stderr
     patches = host.state / "dev" / "patches"
@@ -395,32 +408,217 @@ def test_control_plane_features_host_kubelet_patch_per_node_and_removal(tmp_path
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
         "featureGates:\n  CPUManagerPolicyBetaOptions: true\n"
     )
+    # kubeadm's dry run first (what the kubelet would get), then the phase itself.
+    work = f"{host.state}/.kubelet.XXXXXX"
     assert host.kubeadm_calls() == [
-        f"kubeadm upgrade node phase kubelet-config --patches {patches}"
+        f"kubeadm upgrade node phase kubelet-config --patches {work}/patches --dry-run",
+        f"kubeadm upgrade node phase kubelet-config --patches {work}/patches",
     ]
     assert "systemctl restart kubelet" in host.calls.read_text()
-    assert "# from kubeadm" in host.kubelet_config.read_text()
-
-    again = host.run(kubelet["update"])
-    assert again.returncode == 0, again.stderr
-    assert len(host.kubeadm_calls()) == 1  # unchanged patch: no phase, no restart
+    assert host.kubelet_settings()["featureGates"] == GATE
+    assert host.kubelet_config.read_text() == kubelet_config({"featureGates": GATE})
 
     removed = host.run(kubelet["delete"])
     assert removed.returncode == 0, removed.stderr
     assert not (host.state / "dev").exists()
     assert host.kubeadm_calls()[-1] == "kubeadm upgrade node phase kubelet-config"
+    assert host.kubelet_config.read_text() == kubelet_config()
+    assert [p.name for p in host.state.iterdir()] == []  # no work directory left behind
+
+
+def test_control_plane_features_host_kubelet_rerun_with_the_gates_on_the_kubelet_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    host = FakeHost(tmp_path)
+    kubelet = registered_commands(host)["cpf-kubelet-gpu-1"].inputs
+    assert host.run(kubelet["create"]).returncode == 0
+    restarts = host.calls.read_text().count("systemctl restart kubelet")
+
+    again = host.run(kubelet["update"])
+    assert again.returncode == 0, again.stderr
+    assert "kubelet already runs with this configuration" in again.stderr
+    assert host.kubeadm_calls()[-1].endswith(" --dry-run")
+    assert host.calls.read_text().count("systemctl restart kubelet") == restarts
 
 
 def test_control_plane_features_host_unhealthy_kubelet_gets_its_old_config_back(
     tmp_path: Path,
 ) -> None:
     host = FakeHost(tmp_path)
+    before = host.kubelet_config.read_text()
     host.health.write_text("not ok")
     result = host.run(registered_commands(host)["cpf-kubelet-gpu-1"].inputs["create"])
     assert result.returncode == 1
     assert "kubelet not healthy within 2s" in result.stderr
-    assert host.kubelet_config.read_text() == "kind: KubeletConfiguration\n"
+    assert host.kubelet_config.read_text() == before
     assert host.calls.read_text().count("systemctl restart kubelet") == 2
+    # The host says what the kubelet runs with: no patch of this stack.
+    assert not (host.state / "dev").exists()
+
+
+def test_control_plane_features_host_kubelet_rerun_after_a_rollback_fails_again(
+    tmp_path: Path,
+) -> None:
+    host = FakeHost(tmp_path)
+    create = registered_commands(host)["cpf-kubelet-gpu-1"].inputs["create"]
+    host.health.write_text("not ok")  # the gate keeps the kubelet from coming up
+    assert host.run(create).returncode == 1
+
+    # pulumi runs the failed command again on the next `up`.
+    again = host.run(create)
+    assert again.returncode == 1, again.stderr
+    assert "kubelet not healthy within 2s" in again.stderr
+    assert "featureGates" not in host.kubelet_settings()
+
+
+def test_control_plane_features_host_kubelet_rerun_after_a_rollback_sets_the_gates(
+    tmp_path: Path,
+) -> None:
+    host = FakeHost(tmp_path)
+    create = registered_commands(host)["cpf-kubelet-gpu-1"].inputs["create"]
+    host.health.write_text("not ok")
+    assert host.run(create).returncode == 1
+
+    host.health.write_text("ok")  # fixed on the node (or a slow start the first time)
+    again = host.run(create)
+    assert again.returncode == 0, again.stderr
+    assert host.kubelet_settings()["featureGates"] == GATE
+
+
+def test_control_plane_features_host_kubelet_failed_removal_is_done_by_the_next_destroy(
+    tmp_path: Path,
+) -> None:
+    host = FakeHost(tmp_path)
+    kubelet = registered_commands(host)["cpf-kubelet-gpu-1"].inputs
+    assert host.run(kubelet["create"]).returncode == 0
+    host.health.write_text("not ok")
+    failed = host.run(kubelet["delete"])
+    assert failed.returncode == 1
+    assert host.kubelet_settings()["featureGates"] == GATE  # rolled back, gates still on
+
+    host.health.write_text("ok")
+    removed = host.run(kubelet["delete"])
+    assert removed.returncode == 0, removed.stderr
+    assert "featureGates" not in host.kubelet_settings()
+    assert not (host.state / "dev").exists()
+
+
+def test_control_plane_features_host_kubelet_removal_takes_the_gates_out_without_the_patch(
+    tmp_path: Path,
+) -> None:
+    # A host where the patch is gone but the kubelet still runs with the gates (an earlier
+    # version removed the patch before a removal that was rolled back).
+    host = FakeHost(tmp_path)
+    host.kubelet_config.write_text(kubelet_config({"featureGates": GATE}))
+    removed = host.run(registered_commands(host)["cpf-kubelet-gpu-1"].inputs["delete"])
+    assert removed.returncode == 0, removed.stderr
+    assert "featureGates" not in host.kubelet_settings()
+
+
+def test_control_plane_features_host_kubelet_refuses_node_settings_kubeadm_would_drop(
+    tmp_path: Path,
+) -> None:
+    host = FakeHost(tmp_path)
+    host.kubelet_config.write_text(kubelet_config(NODE_SETTINGS))
+    before = host.kubelet_config.read_text()
+    result = host.run(registered_commands(host)["cpf-kubelet-gpu-1"].inputs["create"])
+    assert result.returncode == 1
+    assert (
+        f"refusing: kubeadm would drop these settings of {host.kubelet_config}, which are in "
+        "neither the kubelet-config ConfigMap, a stack's patch nor "
+        f"{host.instance_config}" in result.stderr
+    )
+    for line in (
+        "  cpuManagerPolicy: static (kubeadm would write nothing)",
+        "  maxPods: 250 (kubeadm would write nothing)",
+        "  reservedSystemCPUs: 0-1 (kubeadm would write nothing)",
+        "  topologyManagerPolicy: single-numa-node (kubeadm would write nothing)",
+    ):
+        assert line in result.stderr
+    # Only kubeadm's dry run: nothing written, no restart, no patch left claiming the gate.
+    assert [c.split(" --")[0] for c in host.kubeadm_calls()] == [
+        "kubeadm upgrade node phase kubelet-config"
+    ]
+    assert "--dry-run" in host.kubeadm_calls()[0]
+    assert "systemctl" not in host.calls.read_text()
+    assert host.kubelet_config.read_text() == before
+    assert not (host.state / "dev").exists()
+
+
+def test_control_plane_features_host_kubelet_names_a_setting_kubeadm_would_change(
+    tmp_path: Path,
+) -> None:
+    host = FakeHost(tmp_path)
+    host.kubelet_config.write_text(kubelet_config({"clusterDNS": ["10.96.0.53"]}))
+    result = host.run(registered_commands(host)["cpf-kubelet-gpu-1"].inputs["create"])
+    assert result.returncode == 1
+    assert "  clusterDNS[0]: 10.96.0.53 (kubeadm would write 10.96.0.10)" in result.stderr
+
+
+def test_control_plane_features_host_kubelet_keeps_node_settings_of_the_instance_config(
+    tmp_path: Path,
+) -> None:
+    # What the refusal asks for: the node's settings where kubeadm applies them itself.
+    host = FakeHost(tmp_path)
+    instance = INSTANCE_CONFIG + yaml.safe_dump(NODE_SETTINGS)
+    host.instance_config.write_text(instance)
+    host.kubelet_config.write_text(kubelet_config(instance=instance))
+    result = host.run(registered_commands(host)["cpf-kubelet-gpu-1"].inputs["create"])
+    assert result.returncode == 0, result.stderr
+    settings = host.kubelet_settings()
+    assert {k: settings[k] for k in NODE_SETTINGS} == NODE_SETTINGS
+    assert settings["featureGates"] == GATE
+
+
+def test_control_plane_features_host_kubelet_keeps_another_stacks_gates(tmp_path: Path) -> None:
+    host = FakeHost(tmp_path)
+    other = {"KubeletPodResourcesDynamicResources": True}
+    host.add_kubelet_patch("prod", other)
+    host.kubelet_config.write_text(kubelet_config({"featureGates": other}))
+    kubelet = registered_commands(host)["cpf-kubelet-gpu-1"].inputs
+
+    result = host.run(kubelet["create"])
+    assert result.returncode == 0, result.stderr
+    assert host.kubelet_settings()["featureGates"] == {**other, **GATE}
+
+    removed = host.run(kubelet["delete"])
+    assert removed.returncode == 0, removed.stderr
+    assert host.kubelet_settings()["featureGates"] == other
+    assert (host.state / "prod" / "patches").is_dir()
+
+
+def test_control_plane_features_host_kubelet_gate_two_stacks_want_stays_until_both_are_gone(
+    tmp_path: Path,
+) -> None:
+    host = FakeHost(tmp_path)
+    host.add_kubelet_patch("prod", GATE)
+    host.kubelet_config.write_text(kubelet_config({"featureGates": GATE}))
+    kubelet = registered_commands(host)["cpf-kubelet-gpu-1"].inputs
+    assert host.run(kubelet["create"]).returncode == 0
+
+    removed = host.run(kubelet["delete"])
+    assert removed.returncode == 0, removed.stderr
+    assert host.kubelet_settings()["featureGates"] == GATE  # prod still wants it
+
+
+def test_control_plane_features_host_kubelet_refuses_a_gate_another_stack_sets_otherwise(
+    tmp_path: Path,
+) -> None:
+    host = FakeHost(tmp_path)
+    host.add_kubelet_patch("prod", {"CPUManagerPolicyBetaOptions": False})
+    host.kubelet_config.write_text(
+        kubelet_config({"featureGates": {"CPUManagerPolicyBetaOptions": False}})
+    )
+    before = host.kubelet_config.read_text()
+    result = host.run(registered_commands(host)["cpf-kubelet-gpu-1"].inputs["create"])
+    assert result.returncode == 1
+    assert (
+        "refusing: the stacks on this host want different values for kubelet feature gates:\n"
+        "  CPUManagerPolicyBetaOptions: true (stack dev), false (stack prod)" in result.stderr
+    )
+    assert host.kubeadm_calls() == []
+    assert host.kubelet_config.read_text() == before
+    assert not (host.state / "dev").exists()
 
 
 def test_control_plane_features_a_renamed_host_keeps_its_commands_through_aliases(

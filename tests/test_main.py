@@ -154,7 +154,7 @@ def test_main_gate_takes_scheduler_name_and_advertised_resources_from_their_laye
     variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
     assert variables["requiredScheduler"] == '"gpu-binpack-scheduler"'
     assert variables["gpuResources"] == '["example.com/dongle", "nvidia.com/gpu"]'
-    assert variables["gpuPrefixes"] == '["nvidia.com/mig-"]'
+    assert variables["gpuPrefixes"] == '["amd.com/", "gpu.intel.com/", "nvidia.com/"]'
     scheduler = recording.named("binpack-scheduler-deployment")
     dongle = recording.named("extended-resources-nodes")
     assert {scheduler.urn, dongle.urn} <= set(policy.dependencies)

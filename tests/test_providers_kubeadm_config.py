@@ -347,3 +347,92 @@ def test_kubeadm_config_unconfigured_provider_refuses_to_guess_a_cluster() -> No
     provider = KubeadmConfigProvider(lambda kubeconfig, context: FakeConfigMapApi(V1BETA4))
     with pytest.raises(NodeApiError, match="did not configure the provider"):
         provider.create(_props())
+
+
+# --------------------------------------------------------------------------- two stacks
+
+
+def test_kubeadm_config_an_item_two_stacks_want_stays_until_neither_wants_it() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    provider = _provider(api)
+    first = _create(provider, _props(stack="a"))
+    second = _create(provider, _props(stack="b"))
+    assert second["added"]["apiServer"]["enable-admission-plugins"] == {
+        "ExtendedResourceToleration": None
+    }
+
+    provider.delete("id", first)
+    assert api.args("apiServer")["enable-admission-plugins"] == (
+        "NodeRestriction,ExtendedResourceToleration"
+    )
+    assert api.args("scheduler") == {"feature-gates": "CPUManagerPolicyBetaOptions=true"}
+
+    provider.delete("id", second)
+    assert api.document() == yaml.safe_load(V1BETA4)
+    assert not api.cm["metadata"].get("annotations")
+
+
+def test_kubeadm_config_a_section_the_first_stack_created_goes_with_the_last_stack() -> None:
+    api = FakeConfigMapApi(V1BETA3)  # no controllerManager and scheduler sections before
+    provider = _provider(api)
+    first = _create(provider, _props(stack="a"))
+    second = _create(provider, _props(stack="b"))
+    provider.delete("id", first)
+    assert api.args("scheduler") == {"feature-gates": "CPUManagerPolicyBetaOptions=true"}
+    provider.delete("id", second)
+    assert api.document() == yaml.safe_load(V1BETA3)
+
+
+def test_kubeadm_config_shared_gate_gets_its_old_value_back_when_the_last_stack_leaves() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    provider = _provider(api)
+    gates = {"SomeOtherGate": True}
+    props = _props(admission_plugins=[], feature_gates=gates, gates=gates)
+    first = _create(provider, {**props, "stack": "a"})
+    second = _create(provider, {**props, "stack": "b"})
+    provider.delete("id", first)
+    assert api.args("apiServer")["feature-gates"] == "SomeOtherGate=true"
+    provider.delete("id", second)
+    assert api.args("apiServer")["feature-gates"] == "SomeOtherGate=false"
+
+
+def test_kubeadm_config_update_dropping_a_shared_item_leaves_it_to_the_other_stack() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    provider = _provider(api)
+    first = _create(provider, _props(stack="a"))
+    _create(provider, _props(stack="b"))
+    provider.update("id", first, _props(stack="a", admission_plugins=[]))
+    assert api.args("apiServer")["enable-admission-plugins"] == (
+        "NodeRestriction,ExtendedResourceToleration"
+    )
+
+
+def test_kubeadm_config_refuses_a_gate_another_stack_set_to_the_other_value() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    provider = _provider(api)
+    _create(provider, _props(stack="a"))
+    before = copy.deepcopy(api.cm)
+    gates = {"CPUManagerPolicyBetaOptions": False}
+    with pytest.raises(NodeApiError) as excinfo:
+        _create(provider, _props(stack="b", feature_gates=gates, gates=gates))
+    assert str(excinfo.value) == (
+        "ConfigMap kube-system/kubeadm-config: feature-gates item CPUManagerPolicyBetaOptions of "
+        "apiServer is set to true by stack a; stack b wants false (stacks sharing a cluster must "
+        "agree on a gate's value)"
+    )
+    assert api.cm == before
+
+
+def test_kubeadm_config_preview_refuses_a_gate_another_stack_set_to_the_other_value() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    provider = _provider(api)
+    _create(provider, _props(stack="a"))
+    gates = {"CPUManagerPolicyBetaOptions": False}
+    result = provider.check({}, _props(stack="b", feature_gates=gates, gates=None))
+    assert [(f.property, f.reason) for f in result.failures] == [
+        (
+            "feature_gates",
+            "feature-gates item CPUManagerPolicyBetaOptions of apiServer is set to true by "
+            "stack a; stack b wants false (stacks sharing a cluster must agree on a gate's value)",
+        )
+    ]

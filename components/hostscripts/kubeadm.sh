@@ -4,13 +4,18 @@
 #   control-plane  check, then `kubeadm upgrade node phase control-plane` (kubeadm writes the
 #                  manifests from the kubeadm-config ConfigMap, backs the old ones up, waits for
 #                  the static pods and rolls back on failure)
-#   kubelet        write the stack's kubelet patch, `kubeadm upgrade node phase kubelet-config
-#                  --patches`, restart the kubelet, wait for /healthz (else put the old config back)
+#   kubelet        write the stack's kubelet patch; with every stack's patch on the host, ask
+#                  kubeadm's dry run of `upgrade node phase kubelet-config --patches` what the
+#                  kubelet would get; refuse if that drops settings of the kubelet's config other
+#                  than this stack's gates, naming them; done if the kubelet already runs with
+#                  it; else the phase, restart the kubelet, wait for /healthz (else put the old
+#                  config and the old patch back)
 #   kubelet-remove remove the stack's kubelet patch and do the same
 #
-# Environment: STACK_DIR (this stack's state and patches), OURS (the admission plugins and
-# gates the stack adds, space separated: regenerating may drop those), GATES (kubelet gates,
-# `Name=true,...`), TIMEOUT (kubelet health wait, seconds). MANIFESTS, KUBELET_CONFIG and
+# Environment: STACK_DIR (this stack's state and patches; its parent holds every stack's),
+# OURS (the admission plugins and gates the stack adds, space separated: regenerating may
+# drop those), GATES (kubelet gates, `Name=true,...`; for kubelet-remove the ones it set),
+# TIMEOUT (kubelet health wait, seconds). MANIFESTS, KUBELET_CONFIG, INSTANCE_CONFIG and
 # HEALTHZ default to kubeadm's and the kubelet's paths.
 # Ref: https://kubernetes.io/docs/tasks/administer-cluster/kubeadm/kubeadm-reconfigure/
 set -eu
@@ -19,6 +24,9 @@ KUBELET_CONFIG=${KUBELET_CONFIG:-/var/lib/kubelet/config.yaml}
 HEALTHZ=${HEALTHZ:-http://127.0.0.1:10248/healthz}
 TIMEOUT=${TIMEOUT:-120}
 OURS=${OURS:-}
+INSTANCE_CONFIG=${INSTANCE_CONFIG:-$(dirname "$KUBELET_CONFIG")/instance-config.yaml}
+STATE=$(dirname "${STACK_DIR:?STACK_DIR is required}")
+PATCH=kubeletconfiguration+strategic.yaml
 COMPONENTS="kube-apiserver kube-controller-manager kube-scheduler"
 MANAGED='^[[:space:]]*- --(enable-admission-plugins|feature-gates)='
 # Only the manifests: etcd and the certificates are not this layer's to touch.
@@ -110,49 +118,232 @@ record_items() {
   fi
 }
 
-# kubelet_phase: kubeadm rewrites the kubelet config from the kubelet-config ConfigMap plus the
-# patches in $STACK_DIR/patches, then the kubelet restarts; unhealthy -> old config back.
-kubelet_phase() {
-  cp -p "$KUBELET_CONFIG" "$KUBELET_CONFIG.gpu-cluster-before"
+# ---------------------------------------------------------------------------- kubelet
+#
+# kubeadm writes the kubelet's config from the kubelet-config ConfigMap, then the --patches
+# directory, then the node's instance-config.yaml; anything else in the file is lost. Every
+# stack's patch goes in (not only this one's), so a gate of another stack stays; kubeadm's own
+# dry run says what the kubelet would get, and that is compared with the config the kubelet
+# runs with, not with a patch file. A node's own settings are refused rather than carried
+# over: the file cannot tell them from stale cluster-wide values, and only in the instance
+# config do they survive kubeadm's own runs too.
+# Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/cmd/kubeadm/app/phases/kubelet/config.go
+
+# flatten FILE: a block-style YAML document (kubeadm writes the kubelet's config so) as one
+# `path: value` line per scalar, sorted: `featureGates.Foo: true`, `clusterDNS[0]: 10.96.0.10`.
+# Comments and quotes go; one-level flow collections ({a: 1}, [x, y]) are unfolded and empty
+# ones carry nothing. Anchors and multi-line flow collections are not understood.
+flatten() {
+  awk -v q="'" '
+    function trim(s) { sub(/^[[:space:]]+/, "", s); sub(/[[:space:]]+$/, "", s); return s }
+    function unquote(s,   f) {
+      s = trim(s); f = substr(s, 1, 1)
+      if (length(s) > 1 && (f == "\"" || f == q) && substr(s, length(s)) == f)
+        s = substr(s, 2, length(s) - 2)
+      return s
+    }
+    function here(   p, i) {
+      p = ""
+      for (i = 1; i <= n; i++) p = p (p == "" || item[i] ? "" : ".") name[i]
+      return p
+    }
+    function join(p, key) { return p == "" ? key : p "." key }
+    function flow(v,   f, l, inner) {  # "{" or "[" for a one-level flow collection, else ""
+      f = substr(v, 1, 1); l = substr(v, length(v)); inner = substr(v, 2, length(v) - 2)
+      if (!((f == "{" && l == "}") || (f == "[" && l == "]"))) return ""
+      if (index(inner, "{") || index(inner, "}") || index(inner, "[") || index(inner, "]")) return ""
+      return f
+    }
+    function emit(p, v,   kind, parts, k, i, c) {
+      v = trim(v); kind = flow(v)
+      if (kind == "") { print p ": " unquote(v); return }
+      if (trim(substr(v, 2, length(v) - 2)) == "") return
+      k = split(substr(v, 2, length(v) - 2), parts, ",")
+      for (i = 1; i <= k; i++) {
+        if (kind == "[") { emit(p "[" (i - 1) "]", parts[i]); continue }
+        c = index(parts[i], ":")
+        if (c) emit(join(p, unquote(substr(parts[i], 1, c - 1))), substr(parts[i], c + 1))
+      }
+    }
+    BEGIN { keyre = "^(\"[^\"]*\"|" q "[^" q "]*" q "|[^:\"" q "]*):( |$)" }
+    block != "" {  # the lines of a | or > scalar, joined by spaces
+      match($0, /^ */)
+      if ($0 ~ /^[[:space:]]*$/ || RLENGTH > blockind) { value = value " " trim($0); next }
+      print block ": " substr(value, 2); block = ""
+    }
+    /^[[:space:]]*(#.*)?$/ || /^(---|\.\.\.)/ { next }
+    {
+      line = $0
+      sub(/[[:space:]]+#.*$/, "", line)
+      match(line, /^ */); ind = RLENGTH; rest = substr(line, ind + 1)
+      while (rest ~ /^-( |$)/) {  # a list item: closes deeper entries and the previous item
+        while (n > 0 && (lvl[n] > ind || (lvl[n] == ind && item[n]))) n--
+        p = here(); idx = count[p]++
+        n++; lvl[n] = ind; name[n] = "[" idx "]"; item[n] = 1
+        rest = substr(rest, 2); match(rest, /^ */)
+        ind += 1 + RLENGTH; rest = substr(rest, RLENGTH + 1)
+      }
+      if (rest == "") next
+      if (match(rest, keyre)) {
+        key = unquote(substr(rest, 1, index(rest, ":") - 1))
+        value = trim(substr(rest, RLENGTH + 1))
+        while (n > 0 && lvl[n] >= ind) n--
+        p = join(here(), key)
+        if (value == "") { n++; lvl[n] = ind; name[n] = key; item[n] = 0; delete count[p] }
+        else if (value ~ /^[|>][-+0-9]*$/) { block = p; blockind = ind; value = "" }
+        else emit(p, value)
+      } else {
+        emit(here(), rest)
+      }
+    }
+    END { if (block != "") print block ": " substr(value, 2) }' "$1" | LC_ALL=C sort
+}
+
+# gate_names FILE...: the feature gates a kubelet patch of this script sets, one a line.
+gate_names() {
+  sed -n 's/^  \([A-Za-z0-9]*\): [a-z]*$/\1/p' "$@" 2>/dev/null || true
+}
+
+# kubelet_patches DIR: every stack's kubelet patch on this host into DIR, for kubeadm's
+# --patches (`kubeletconfiguration<n>+strategic.yaml`, applied in stack-name order). Fails,
+# naming them, when two stacks want a gate at different values.
+kubelet_patches() {
+  n=0
+  for patch in "$STATE"/*/patches/"$PATCH"; do
+    [ -f "$patch" ] || continue
+    n=$((n + 1))
+    cp "$patch" "$1/kubeletconfiguration$(printf '%03d' "$n")+strategic.yaml"
+    stack=${patch%/patches/*}
+    sed -n "s/^  \([A-Za-z0-9]*\): \([a-z]*\)$/\1 \2 ${stack##*/}/p" "$patch"
+  done >"$work/gates"
+  conflicts=$(awk '
+    !($1 in value) { value[$1] = $2; stack[$1] = $3; next }
+    value[$1] != $2 { print "  " $1 ": " value[$1] " (stack " stack[$1] "), " $2 " (stack " $3 ")" }
+  ' "$work/gates")
+  [ -z "$conflicts" ] || {
+    log "refusing: the stacks on this host want different values for kubelet feature gates:
+$conflicts"
+    return 1
+  }
+}
+
+# kubelet_dropped LIVE RENDERED OURS: the settings of LIVE that RENDERED lacks or changes,
+# apart from the feature gates named in OURS, each with what kubeadm would write instead.
+kubelet_dropped() {
+  flatten "$1" >"$work/live.flat"
+  flatten "$2" >"$work/rendered.flat"
+  LC_ALL=C comm -23 "$work/live.flat" "$work/rendered.flat" | awk -v ours=" $(echo $3) " '
+    NR == FNR { c = index($0, ": "); rendered[substr($0, 1, c - 1)] = substr($0, c + 2); next }
+    {
+      c = index($0, ": "); path = substr($0, 1, c - 1)
+      if (path ~ /^featureGates\./ && index(ours, " " substr(path, 14) " ")) next
+      print "  " $0 " (kubeadm would write " (path in rendered ? rendered[path] : "nothing") ")"
+    }' "$work/rendered.flat" -
+}
+
+# kubelet_begin: a work directory beside the stacks' (the same path inside kubeadm's --rootfs),
+# and a copy of this stack's patch to put back when the run does not go through.
+kubelet_begin() {
+  mkdir -p "$STATE"
+  work=$(mktemp -d "$STATE/.kubelet.XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+  [ ! -d "$STACK_DIR/patches" ] || cp -Rp "$STACK_DIR/patches" "$work/stack-patches"
+}
+
+# kubelet_undo: this stack's patch as it was, so the host says what the kubelet runs with.
+kubelet_undo() {
+  rm -rf "$STACK_DIR/patches"
+  if [ -d "$work/stack-patches" ]; then
+    mkdir -p "$STACK_DIR"
+    cp -Rp "$work/stack-patches" "$STACK_DIR/patches"
+  fi
+  rmdir "$STACK_DIR" 2>/dev/null || true
+}
+
+# kubelet_converge OURS: give the kubelet kubeadm's config with every stack's patch, unless it
+# already runs with it. Refused, naming them, when that would drop settings other than the
+# gates in OURS; an unhealthy kubelet gets its old config back. Either way this stack's patch
+# is put back as it was.
+kubelet_converge() {
+  ours=$1
+  [ -f "$KUBELET_CONFIG" ] || { kubelet_undo; fail "$KUBELET_CONFIG missing: not a kubeadm node"; }
+  mkdir "$work/patches" "$work/dry-run"
+  kubelet_patches "$work/patches" || { kubelet_undo; exit 1; }
   set -- kubeadm upgrade node phase kubelet-config
-  [ ! -d "$STACK_DIR/patches" ] || set -- "$@" --patches "$STACK_DIR/patches"
+  [ -z "$(ls "$work/patches")" ] || set -- "$@" --patches "$work/patches"
+  # kubeadm's dry run writes the config into its dry-run directory, applying the instance
+  # config it finds there last, as the real run applies the node's.
+  [ ! -f "$INSTANCE_CONFIG" ] || cp -p "$INSTANCE_CONFIG" "$work/dry-run/instance-config.yaml"
+  KUBEADM_UPGRADE_DRYRUN_DIR=$work/dry-run "$@" --dry-run >"$work/dry-run.out" 2>&1 \
+    && [ -f "$work/dry-run/config.yaml" ] \
+    || { cat "$work/dry-run.out" >&2; kubelet_undo; fail "kubeadm cannot render the kubelet configuration"; }
+  lost=$(kubelet_dropped "$KUBELET_CONFIG" "$work/dry-run/config.yaml" "$ours")
+  if [ -n "$lost" ]; then
+    kubelet_undo
+    fail "refusing: kubeadm would drop these settings of $KUBELET_CONFIG, which are in neither the kubelet-config ConfigMap, a stack's patch nor $INSTANCE_CONFIG (move a node's own settings to $INSTANCE_CONFIG, which kubeadm applies last on every kubelet-config phase, or cluster-wide ones to the ConfigMap; then run again):
+$lost"
+  fi
+  if cmp -s "$work/live.flat" "$work/rendered.flat"; then
+    log "kubelet already runs with this configuration ($KUBELET_CONFIG)"
+    return 0
+  fi
+  kubelet_phase "$@"
+}
+
+# kubelet_phase KUBEADM...: the phase for real, then the kubelet restarted and waited for;
+# on any failure the old config, the kubelet on it and this stack's old patch are put back.
+kubelet_phase() {
+  cp -p "$KUBELET_CONFIG" "$work/config.yaml"
   # kubeadm names its backup directory by the second: a second run within it fails once.
-  "$@" || { sleep 1; "$@"; } || fail "kubeadm upgrade node phase kubelet-config failed"
-  systemctl restart kubelet
+  if ! { "$@" || { sleep 1; "$@"; }; }; then
+    kubelet_rollback "kubeadm upgrade node phase kubelet-config failed"
+  fi
+  systemctl restart kubelet || kubelet_rollback "systemctl restart kubelet failed"
   end=$(($(date +%s) + TIMEOUT))
   until [ "$(curl -s --max-time 3 "$HEALTHZ" 2>/dev/null || true)" = ok ]; do
-    if [ "$(date +%s)" -ge "$end" ]; then
-      mv -f "$KUBELET_CONFIG.gpu-cluster-before" "$KUBELET_CONFIG"
-      systemctl restart kubelet
-      fail "kubelet not healthy within ${TIMEOUT}s: previous $KUBELET_CONFIG restored"
-    fi
+    [ "$(date +%s)" -lt "$end" ] || kubelet_rollback "kubelet not healthy within ${TIMEOUT}s"
     sleep 2
   done
-  rm -f "$KUBELET_CONFIG.gpu-cluster-before"
   log "kubelet healthy"
+}
+
+kubelet_rollback() {
+  cp -p "$work/config.yaml" "$KUBELET_CONFIG"
+  systemctl restart kubelet || log "systemctl restart kubelet failed on the restored config"
+  kubelet_undo
+  fail "$1: previous $KUBELET_CONFIG restored"
+}
+
+# gates_in LIST: the names in `Name=true,...`, one a line.
+gates_in() {
+  printf '%s\n' "$1" | tr ',' '\n' | sed -n 's/^\([A-Za-z0-9]*\)=.*/\1/p'
 }
 
 kubelet() {
   # No gates left to set (all GA, say): an empty featureGates patch would clear the kubelet's.
   [ -n "${GATES:-}" ] || { kubelet_remove; return 0; }
+  kubelet_begin
+  patch="$STACK_DIR/patches/$PATCH"
+  ours="$(gate_names "$patch") $(gates_in "$GATES")"
   mkdir -p "$STACK_DIR/patches"
-  patch="$STACK_DIR/patches/kubeletconfiguration+strategic.yaml"
   {
     echo "apiVersion: kubelet.config.k8s.io/v1beta1"
     echo "kind: KubeletConfiguration"
     echo "featureGates:"
-    printf '%s\n' "$GATES" | tr ',' '\n' | sed -n 's/^\([A-Za-z0-9]*\)=\(true\|false\)$/  \1: \2/p'
-  } >"$patch.new"
-  if cmp -s "$patch.new" "$patch"; then rm -f "$patch.new"; log "kubelet patch unchanged"; return 0; fi
-  mv -f "$patch.new" "$patch"
-  kubelet_phase
+    printf '%s\n' "$GATES" | tr ',' '\n' | sed -n 's/^\([A-Za-z0-9]*\)=\([a-z][a-z]*\)$/  \1: \2/p'
+  } >"$patch"
+  kubelet_converge "$ours"
 }
 
+# kubelet_remove: without this stack's patch. Its gates (the patch's, and those of GATES, the
+# ones it last set) may go; the kubelet is compared with kubeadm's rendering even when the
+# patch is already gone, as after a removal rolled back by an earlier version.
 kubelet_remove() {
-  [ -d "$STACK_DIR/patches" ] || { log "no kubelet patch of this stack"; return 0; }
+  kubelet_begin
+  ours="$(gate_names "$STACK_DIR/patches/$PATCH") $(gates_in "${GATES:-}")"
   rm -rf "$STACK_DIR/patches"
   rmdir "$STACK_DIR" 2>/dev/null || true
-  kubelet_phase
+  kubelet_converge "$ours"
 }
 
 case "${1:-}" in

@@ -9,6 +9,11 @@ resourceVersion precondition, retrying on conflict. What it added (and what an e
 held before) is recorded in an annotation named after the stack, so delete takes out exactly
 that and leaves everything else, including entries that were there before, as it found them.
 
+Stacks sharing a cluster share the document: an item another stack's annotation also names is
+recorded by each of them (with the value from before the first), and taking a stack out
+leaves it while any other stack still wants it; the last one puts the old value back. A gate
+another stack set to the other value is refused, naming that stack (at preview too).
+
 `check` asks the live API server which gates exist and at which stage
 (`kubernetes_feature_enabled{name,stage}` on /metrics): an unknown gate is refused; a GA gate
 asked for at its locked value is left out with a note; a GA gate asked for at the other value
@@ -60,6 +65,14 @@ Record = dict[str, dict[str, dict[str, str | None]]]
 """{component: {flag: {item: value before the stack, or None when it was absent}}}."""
 CREATED = ""
 """The record's flag key meaning "the stack created this section"."""
+
+
+class StackConflict(NodeApiError):
+    """Another stack set an item this stack wants to a different value."""
+
+    def __init__(self, conflicts: list[str]) -> None:
+        super().__init__("; ".join(conflicts))
+        self.conflicts = conflicts
 
 
 class ConfigMapApi(Protocol):
@@ -261,17 +274,30 @@ def edit_cluster_configuration(
     document: dict[str, Any],
     previous: Record,
     wanted: Mapping[str, Mapping[str, Mapping[str, str]]],
+    others: Mapping[str, Record] | None = None,
+    stack: str = "this stack",
 ) -> Record:
     """Undo `previous`, then add `wanted`; edits `document` in place, returns the new record.
 
     Undoing first is what makes a changed configuration converge: an item the stack added
-    before and no longer wants goes away, an item it changed gets its old value back.
+    before and no longer wants goes away, an item it changed gets its old value back. An item
+    one of `others` (the other stacks' records, by stack) names is theirs too: undoing leaves
+    it, and adding records it with the value from before the first stack, so the last stack
+    to leave restores it. Raises StackConflict when another stack set an item this stack wants
+    to a different value.
     """
     v1beta4 = str(document.get("apiVersion", "")).endswith("/v1beta4")
+    others = others or {}
 
     def items_of(component: str, flag: str) -> dict[str, str]:
         section = document.get(component)
         return _parse_items(_get_arg(section, flag) or "") if isinstance(section, dict) else {}
+
+    def holders(component: str, flag: str, item: str) -> list[str]:
+        """The other stacks that want `item` (their records name it)."""
+        return sorted(
+            name for name, rec in others.items() if item in rec.get(component, {}).get(flag, {})
+        )
 
     created: set[str] = set()
 
@@ -290,6 +316,8 @@ def edit_cluster_configuration(
                 continue
             items = items_of(component, flag)
             for item, old in before.items():
+                if holders(component, flag, item):
+                    continue  # another stack still wants it
                 if old is None:
                     items.pop(item, None)
                 else:
@@ -299,16 +327,32 @@ def edit_cluster_configuration(
             del document[component]
 
     record: Record = {}
+    conflicts: dict[tuple[str, str], str] = {}
     for component, wanted_flags in wanted.items():
         for flag, want in wanted_flags.items():
             items = items_of(component, flag)
             for item, new in want.items():
-                if items.get(item) != new:
+                shared = holders(component, flag, item)
+                if shared and items.get(item) != new:
+                    conflicts.setdefault(
+                        (flag, item),
+                        f"{flag} item {item} of {component} is set to {items.get(item)} by "
+                        f"stack {shared[0]}; stack {stack} wants {new} (stacks sharing a "
+                        "cluster must agree on a gate's value)",
+                    )
+                elif shared:  # the value from before the first stack, for the last to restore
+                    first = others[shared[0]][component][flag][item]
+                    record.setdefault(component, {}).setdefault(flag, {})[item] = first
+                elif items.get(item) != new:
                     record.setdefault(component, {}).setdefault(flag, {})[item] = items.get(item)
                     items[item] = new
             store(component, flag, items)
-    for component in created:
-        record.setdefault(component, {})[CREATED] = {}
+    if conflicts:
+        raise StackConflict(list(conflicts.values()))
+    for component in record.keys() | created:
+        # A section no stack found stays marked, so whichever stack leaves last removes it.
+        if component in created or any(CREATED in r.get(component, {}) for r in others.values()):
+            record.setdefault(component, {})[CREATED] = {}
     return record
 
 
@@ -318,8 +362,27 @@ def annotation_key(stack: str) -> str:
     return f"{ANNOTATION_PREFIX}/{name}"
 
 
+def record_name(stack: str) -> str:
+    """The stack's name as its annotation spells it (how other stacks' errors name it)."""
+    return annotation_key(stack)[len(ANNOTATION_PREFIX) + 1 :]
+
+
+def other_records(cm: Mapping[str, Any], stack: str) -> dict[str, Record]:
+    """The records of the stacks other than `stack` on the ConfigMap, by stack."""
+    annotations = (cm.get("metadata") or {}).get("annotations") or {}
+    prefix = f"{ANNOTATION_PREFIX}/"
+    return {
+        key[len(prefix) :]: dict(json.loads(value or "{}"))
+        for key, value in annotations.items()
+        if key.startswith(prefix) and key != annotation_key(stack)
+    }
+
+
 def set_configuration(stack: str, wanted: Mapping[str, Mapping[str, Mapping[str, str]]]) -> Mutate:
-    """A mutate function for read_modify_write: make the stack's additions exactly `wanted`."""
+    """A mutate function for read_modify_write: make the stack's additions exactly `wanted`.
+
+    Raises StackConflict (naming the items and stacks) when another stack set one otherwise.
+    """
     key = annotation_key(stack)
 
     def mutate(cm: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -333,7 +396,14 @@ def set_configuration(stack: str, wanted: Mapping[str, Mapping[str, Mapping[str,
             )
         annotations = (cm.get("metadata") or {}).get("annotations") or {}
         previous: Record = json.loads(annotations.get(key) or "{}")
-        record = edit_cluster_configuration(document, previous, wanted)
+        others = other_records(cm, stack)
+        try:
+            record = edit_cluster_configuration(
+                document, previous, wanted, others, record_name(stack)
+            )
+        except StackConflict as exc:
+            prefix = f"ConfigMap {NAMESPACE}/{CONFIGMAP}: "
+            raise StackConflict([prefix + c for c in exc.conflicts]) from None
         new_text = yaml.safe_dump(document, sort_keys=False)
         if record == previous and yaml.safe_load(new_text) == yaml.safe_load(text):
             return None
@@ -393,7 +463,35 @@ class KubeadmConfigProvider(RunCredentials):
             )
         gates, notes, refused = check_gates(requested, stages, api.server)
         failures = [CheckFailure("feature_gates", reason) for reason in refused]
+        if isinstance(news.get("stack"), str):
+            wanted = _wanted({**news, "gates": gates})
+            failures += [
+                CheckFailure("feature_gates", reason)
+                for reason in self._conflicts(api, news["stack"], wanted)
+            ]
         return CheckResult(inputs={**news, "gates": gates, "notes": notes}, failures=failures)
+
+    @staticmethod
+    def _conflicts(
+        api: ConfigMapApi, stack: str, wanted: Mapping[str, Mapping[str, Mapping[str, str]]]
+    ) -> list[str]:
+        """Gates another stack set to the other value, so a preview fails before any change."""
+        try:
+            cm = api.get_configmap(NAMESPACE, CONFIGMAP)
+            document = yaml.safe_load((cm.get("data") or {}).get(DATA_KEY) or "{}")
+            if not isinstance(document, dict):
+                return []  # create says what is wrong with it
+            others = other_records(cm, stack)
+            edit_cluster_configuration(
+                document, recorded(cm, stack), wanted, others, record_name(stack)
+            )
+        except StackConflict as exc:
+            return exc.conflicts
+        except NodeApiError:
+            # Unreadable here: create reads it again, says what is wrong, and refuses a
+            # conflict all the same.
+            return []
+        return []
 
     def create(self, props: dict[str, Any]) -> CreateResult:
         return CreateResult(
@@ -415,8 +513,12 @@ class KubeadmConfigProvider(RunCredentials):
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
         cm = self._api(props).get_configmap(NAMESPACE, CONFIGMAP)
-        # In sync when applying the configuration again would change nothing.
-        in_sync = set_configuration(props["stack"], _wanted(props))(cm) is None
+        # In sync when applying the configuration again would change nothing (a conflict with
+        # another stack is a change; the update then says what it is).
+        try:
+            in_sync = set_configuration(props["stack"], _wanted(props))(cm) is None
+        except StackConflict:
+            in_sync = False
         return ReadResult(id_=id_, outs={**props, "in_sync": in_sync})
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
@@ -436,7 +538,8 @@ class KubeadmConfig(Resource, module="gpu-cluster", name="KubeadmConfig"):
     notes: pulumi.Output[dict[str, str]]
     """Requested gates left out, with the reason."""
     added: pulumi.Output[dict[str, Any]]
-    """What the stack added: {component: {flag: {item: value before, or None}}}."""
+    """What the stack added, or wants with other stacks: {component: {flag: {item: value
+    before the first stack, or None}}}."""
 
     def __init__(
         self,

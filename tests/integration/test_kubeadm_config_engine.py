@@ -2,7 +2,9 @@
 
 The engine serializes the provider into pulumi-resource-pulumi-python and calls check, diff,
 create, update and delete with its own state: the gate check at preview, a second `up` that
-changes nothing, an update in place, and a destroy that leaves the ConfigMap as it was.
+changes nothing, an update in place, and a destroy that leaves the ConfigMap as it was. Two
+stacks on one cluster share what they both want until the last one is destroyed, and a
+stack wanting a gate at the value another stack set otherwise is refused at preview.
 The remote commands of the layer need pulumi-command, which cannot be built here.
 """
 
@@ -26,11 +28,11 @@ from tools.harness import CONTROL_PLANE_TOOLS, LocalControlPlane
 from tools.harness.pulumi_engine import PULUMI_ENGINE_TOOLS, inline_stack, use_cluster
 
 
-def _program(plugins: list[str], gates: dict[str, bool]) -> auto.PulumiFn:
+def _program(plugins: list[str], gates: dict[str, bool], stack: str) -> auto.PulumiFn:
     def program() -> None:
         config = KubeadmConfig(
             "kubeadm-config",
-            stack="engine",
+            stack=stack,
             admission_plugins=plugins,
             feature_gates=gates,
         )
@@ -47,9 +49,10 @@ class Engine:
         self.api = cp.api_client()
         self.core = client.CoreV1Api(self.api)
 
-    def stack(self, plugins: list[str], gates: dict[str, bool]) -> auto.Stack:
+    def stack(self, plugins: list[str], gates: dict[str, bool], name: str = "engine") -> auto.Stack:
+        """The Pulumi stack `name`, whose KubeadmConfig records itself under the same name."""
         stack = inline_stack(
-            "gpu-cluster-kubeadm", "engine", _program(plugins, gates), self.state_dir
+            "gpu-cluster-kubeadm", name, _program(plugins, gates, name), self.state_dir
         )
         use_cluster(stack, self.cp.kubeconfig_yaml())
         return stack
@@ -130,3 +133,43 @@ def test_kubeadm_config_engine_preview_refuses_an_unknown_gate(engine: Engine) -
         stack.preview()
     assert "feature gate 'NoSuchGate' is unknown to the API server" in str(excinfo.value)
     assert engine.document() == before
+
+
+def test_kubeadm_config_engine_two_stacks_share_items_until_neither_wants_them(
+    engine: Engine,
+) -> None:
+    gates = {"CPUManagerPolicyBetaOptions": True}
+    first = engine.stack(["ExtendedResourceToleration"], gates, name="engine-a")
+    second = engine.stack(["ExtendedResourceToleration"], gates, name="engine-b")
+    try:
+        first.up()
+        second.up()
+        first.destroy()
+        args = engine.api_server_args()
+        assert args["enable-admission-plugins"] == "NodeRestriction,ExtendedResourceToleration"
+        assert args["feature-gates"] == "CPUManagerPolicyBetaOptions=true"
+        assert "CPUManagerPolicyBetaOptions=true" in json.dumps(engine.document()["scheduler"])
+
+        second.destroy()
+        assert engine.document() == yaml.safe_load(CLUSTER_CONFIGURATION)
+    finally:  # the module's ConfigMap as it was for the other tests, whatever failed
+        first.destroy()
+        second.destroy()
+
+
+def test_kubeadm_config_engine_preview_refuses_a_gate_another_stack_set_otherwise(
+    engine: Engine,
+) -> None:
+    first = engine.stack([], {"CPUManagerPolicyBetaOptions": True}, name="engine-a")
+    first.up()
+    try:
+        second = engine.stack([], {"CPUManagerPolicyBetaOptions": False}, name="engine-b")
+        with pytest.raises(auto.CommandError) as excinfo:
+            second.preview()
+        assert (
+            "feature-gates item CPUManagerPolicyBetaOptions of apiServer is set to true by stack "
+            "engine-a; stack engine-b wants false" in str(excinfo.value)
+        )
+    finally:
+        first.destroy()
+    assert engine.document() == yaml.safe_load(CLUSTER_CONFIGURATION)

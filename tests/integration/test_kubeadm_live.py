@@ -18,7 +18,10 @@
    (the stand-in kubelet stopped; kubeadm's wait shortened to 20 s by an UpgradeConfiguration),
    kubeadm puts the old manifest back and the command fails saying so. The kubelet command's
    patch goes through kubeadm's `upgrade node phase kubelet-config --patches` into the
-   kubelet's config file, and its removal takes the gates out again.
+   kubelet's config file, and its removal takes the gates out again. kubeadm's own dry run of
+   that phase is what the kubelet command compares with: a setting of the kubelet's config it
+   would drop is refused by name, the same setting in the node's instance-config.yaml is kept,
+   another stack's patch goes in too, and a run after a rollback applies the gates.
 """
 
 from __future__ import annotations
@@ -468,35 +471,120 @@ def test_kubeadm_live_host_failure_is_rolled_back_by_kubeadm_and_stops_the_comma
     assert not (host.state / "dev").exists()  # nothing recorded for a failed run
 
 
-def test_kubeadm_live_kubelet_patch_goes_through_kubeadms_kubelet_config_phase(
-    kubeadm_host: tuple[KubeadmHost, FakeKubelet], tmp_path: Path
-) -> None:
-    real, _ = kubeadm_host
-    kubelet_config = real.root / "var" / "lib" / "kubelet" / "config.yaml"
-    kubelet_config.parent.mkdir(parents=True)
-    kubelet_config.write_text(
-        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
-    )
-    (tmp_path / "host").mkdir()
-    host = FakeHost(tmp_path / "host")
-    # The stack's directory at the same path outside and inside kubeadm's chroot.
-    inside = real.root / str(host.state).lstrip("/")
-    inside.mkdir(parents=True)
-    host.state.symlink_to(inside)
-    kubelet = registered_commands(host)["cpf-kubelet-gpu-1"].inputs
-    env = {
-        "PATH": f"{real.bin}:{host.root / 'bin'}:/usr/bin:/bin",
-        "KUBELET_CONFIG": str(kubelet_config),
-    }
+class KubeletNode:
+    """The kubelet side of a `KubeadmHost`: its config file in the host root, the stack's
+    state directory at the same path outside and inside kubeadm's chroot, and the registered
+    kubelet commands run with the real kubeadm (systemctl and curl stay stand-ins)."""
 
-    applied = host.run(kubelet["create"], env)
+    def __init__(self, real: KubeadmHost, tmp_path: Path) -> None:
+        self.config = real.root / "var" / "lib" / "kubelet" / "config.yaml"
+        self.config.parent.mkdir(parents=True)
+        self.config.write_text(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+        )
+        self.instance_config = self.config.parent / "instance-config.yaml"
+        (tmp_path / "host").mkdir()
+        self.host = FakeHost(tmp_path / "host")
+        self.inside = real.root / str(self.host.state).lstrip("/")
+        self.inside.mkdir(parents=True)
+        self.host.state.symlink_to(self.inside)
+        self.commands = registered_commands(self.host)["cpf-kubelet-gpu-1"].inputs
+        self.env = {
+            "PATH": f"{real.bin}:{self.host.root / 'bin'}:/usr/bin:/bin",
+            "KUBELET_CONFIG": str(self.config),
+        }
+
+    def run(self, which: str) -> subprocess.CompletedProcess[str]:
+        return self.host.run(self.commands[which], self.env)
+
+    def settings(self) -> dict[str, Any]:
+        return dict(yaml.safe_load(self.config.read_text()))
+
+
+@pytest.fixture
+def kubelet_node(kubeadm_host: tuple[KubeadmHost, FakeKubelet], tmp_path: Path) -> KubeletNode:
+    return KubeletNode(kubeadm_host[0], tmp_path)
+
+
+def test_kubeadm_live_kubelet_patch_goes_through_kubeadms_kubelet_config_phase(
+    kubelet_node: KubeletNode,
+) -> None:
+    node = kubelet_node
+    applied = node.run("create")
     assert applied.returncode == 0, applied.stderr
-    written = yaml.safe_load(kubelet_config.read_text())
+    written = node.settings()
     assert written["featureGates"] == {"CPUManagerPolicyBetaOptions": True}
     assert written["staticPodPath"] == "/etc/kubernetes/manifests"  # from the kubelet-config CM
-    assert "systemctl restart kubelet" in host.calls.read_text()
+    assert "systemctl restart kubelet" in node.host.calls.read_text()
 
-    removed = host.run(kubelet["delete"], env)
+    again = node.run("update")
+    assert again.returncode == 0, again.stderr
+    assert "kubelet already runs with this configuration" in again.stderr
+    assert node.host.calls.read_text().count("systemctl restart kubelet") == 1
+
+    removed = node.run("delete")
     assert removed.returncode == 0, removed.stderr
-    assert "featureGates" not in yaml.safe_load(kubelet_config.read_text())
-    assert not (inside / "dev").exists()
+    assert "featureGates" not in node.settings()
+    assert not (node.inside / "dev").exists()
+
+
+def test_kubeadm_live_kubelet_refuses_a_node_setting_kubeadm_would_drop(
+    kubelet_node: KubeletNode,
+) -> None:
+    node = kubelet_node
+    node.config.write_text(node.config.read_text() + "cpuManagerPolicy: static\nmaxPods: 250\n")
+    before = node.config.read_text()
+    refused = node.run("create")
+    assert refused.returncode == 1
+    assert "refusing: kubeadm would drop these settings of" in refused.stderr
+    assert "  cpuManagerPolicy: static (kubeadm would write nothing)" in refused.stderr
+    assert "  maxPods: 250 (kubeadm would write nothing)" in refused.stderr
+    assert node.config.read_text() == before
+    assert "systemctl" not in node.host.calls.read_text()
+
+
+def test_kubeadm_live_kubelet_keeps_node_settings_of_the_instance_config(
+    kubelet_node: KubeletNode,
+) -> None:
+    # Where the refusal sends a node's own settings: kubeadm applies that file last itself.
+    node = kubelet_node
+    node.config.write_text(node.config.read_text() + "cpuManagerPolicy: static\nmaxPods: 250\n")
+    node.instance_config.write_text(
+        'containerRuntimeEndpoint: "unix:///run/containerd/containerd.sock"\n'
+        "cpuManagerPolicy: static\nmaxPods: 250\n"
+    )
+    applied = node.run("create")
+    assert applied.returncode == 0, applied.stderr
+    written = node.settings()
+    assert (written["cpuManagerPolicy"], written["maxPods"]) == ("static", 250)
+    assert written["featureGates"] == {"CPUManagerPolicyBetaOptions": True}
+
+
+def test_kubeadm_live_kubelet_keeps_another_stacks_gates(kubelet_node: KubeletNode) -> None:
+    node = kubelet_node
+    other = {"KubeletPodResourcesDynamicResources": True}
+    node.host.add_kubelet_patch("prod", other)
+    applied = node.run("create")
+    assert applied.returncode == 0, applied.stderr
+    assert node.settings()["featureGates"] == {**other, "CPUManagerPolicyBetaOptions": True}
+
+    removed = node.run("delete")
+    assert removed.returncode == 0, removed.stderr
+    assert node.settings()["featureGates"] == other
+
+
+def test_kubeadm_live_kubelet_rerun_after_a_rollback_sets_the_gates(
+    kubelet_node: KubeletNode,
+) -> None:
+    node = kubelet_node
+    before = node.config.read_text()
+    node.host.health.write_text("not ok")
+    failed = node.run("create")
+    assert failed.returncode == 1
+    assert "kubelet not healthy within 2s" in failed.stderr
+    assert node.config.read_text() == before
+
+    node.host.health.write_text("ok")
+    again = node.run("create")
+    assert again.returncode == 0, again.stderr
+    assert node.settings()["featureGates"] == {"CPUManagerPolicyBetaOptions": True}
