@@ -18,6 +18,10 @@ hostPath to the control plane's scheduler.conf), serves HTTPS on 10259 with /liv
 probes, runs with system-cluster-critical priority, tolerates the control-plane taint and elects
 a leader on its own Lease named after the scheduler. RBAC is kubeadm's scheduler roles plus one
 Role on that Lease, because system:kube-scheduler only covers the Lease named kube-scheduler.
+A name whose Lease the control plane's own components hold in kube-system (kube-scheduler,
+kube-controller-manager, cloud-controller-manager, apiserver-*) is refused: the two would take
+turns at one lock and one of them would stop. What counts as a GPU is the one definition in
+components/gpu_resources.py, which the admission gate uses too.
 The rendered configuration is an output (stack output `schedulerConfig`).
 
 # Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/resource-bin-packing/
@@ -38,6 +42,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from components.cluster_access import ClusterAccess
+from components.gpu_resources import GpuResources, is_gpu_resource
 from components.settings import (
     DEVICE_PLUGIN_DOMAINS,
     IMAGE,
@@ -60,6 +65,15 @@ SECURE_PORT = 10259
 # every ordinary pod a candidate for both schedulers.
 DEFAULT_SCHEDULER = "default-scheduler"
 DEFAULT_SCHEDULER_NAME = "gpu-binpack-scheduler"
+# The leader-election Leases the control plane's components hold in kube-system, where this
+# scheduler's Lease, named after it, lives too: kube-scheduler's and kube-controller-manager's
+# (their leaderElection.resourceName defaults), cloud-controller-manager's, and each API
+# server's identity Lease, apiserver-<hash of its host name>.
+# Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/pkg/scheduler/apis/config/v1/defaults.go
+# Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/cmd/kube-controller-manager/app/options/options.go
+# Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/server/config.go
+CONTROL_PLANE_LEASES = ("kube-scheduler", "kube-controller-manager", "cloud-controller-manager")
+CONTROL_PLANE_LEASE_PREFIX = "apiserver-"
 # Resources a pod can request without a domain.
 # Ref: https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/
 NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
@@ -142,16 +156,29 @@ class SchedulerProfile:
     mig_prefix: str = ""
     """Prefix of MIG profile resources GpuFragmentation counts as slices of a GPU; "" for
     none (no MIG, or MIG devices advertised as whole GPUs)."""
+    advertised: GpuResources | None = None
+    """What the GPU Operator's device plugin advertises; GPUs besides the GPU domains'."""
+
+    def __post_init__(self) -> None:
+        lease = lease_conflict(self.scheduler_name)
+        if lease:
+            raise ValueError(f"scheduler_name: got {self.scheduler_name!r}; {lease}")
 
     @property
     def gpu_resource_names(self) -> tuple[str, ...]:
         """The GPU resources the profile weighs (GpuFragmentation counts them as GPUs)."""
-        return tuple(r.name for r in self.resources if is_gpu_resource(r.name))
+        return tuple(r.name for r in self.resources if is_gpu_resource(r.name, self.advertised))
 
 
-def is_gpu_resource(name: str) -> bool:
-    """A resource a GPU device plugin advertises (nvidia.com/gpu, nvidia.com/mig-..., ...)."""
-    return name.partition("/")[0] in DEVICE_PLUGIN_DOMAINS
+def lease_conflict(name: str) -> str:
+    """Why a scheduler named `name` would contend for a control-plane Lease; "" if it does not."""
+    if name in CONTROL_PLANE_LEASES or name.startswith(CONTROL_PLANE_LEASE_PREFIX):
+        return (
+            f"its leader-election Lease kube-system/{name} would be one the control plane "
+            f"holds ({', '.join(CONTROL_PLANE_LEASES)}, {CONTROL_PLANE_LEASE_PREFIX}*): "
+            f"choose another name, e.g. {DEFAULT_SCHEDULER_NAME}"
+        )
+    return ""
 
 
 def is_requestable_resource(name: str) -> bool:
@@ -226,6 +253,14 @@ class BinpackSchedulerSettings(Settings):
     """Scheduler image, repository:tag or repository@sha256:digest; unset:
     registry.k8s.io/kube-scheduler:<kubernetesVersion>. scoring fragmentation needs an image
     built from scheduler/ (README: the fragmentation-aware scheduler)."""
+
+    @field_validator("name")
+    @classmethod
+    def _own_lease(cls, name: str) -> str:
+        lease = lease_conflict(name)
+        if lease:
+            raise problem(lease)
+        return name
 
     @model_validator(mode="after")
     def _fragmentation_needs_its_image(self) -> Self:
@@ -419,16 +454,22 @@ class BinpackSchedulerArgs(BinpackSchedulerSettings):
     def profile(self) -> SchedulerProfile:
         """The settings' profile, with every advertised GPU resource weighted."""
         base = super().profile
+        advertised = GpuResources(
+            names=tuple(self.gpu_resources),
+            prefixes=tuple(self.gpu_prefixes),
+            shared=tuple(self.gpu_shared),
+        )
         weights = {r.name: r.weight for r in base.resources}
-        gpu_weight = max(w for n, w in weights.items() if is_gpu_resource(n))
+        gpu_weight = max(w for n, w in weights.items() if is_gpu_resource(n, advertised))
         for name in self.gpu_resources:
             weights.setdefault(name, gpu_weight)
         resources = tuple(ResourceWeight(name=n, weight=w) for n, w in weights.items())
         return replace(
             base,
             resources=resources,
-            shared_gpus=tuple(self.gpu_shared),
+            shared_gpus=advertised.shared,
             mig_prefix=next(iter(self.gpu_prefixes), ""),
+            advertised=advertised,
         )
 
 

@@ -10,6 +10,17 @@ device plugin is pointed at (its migStrategy follows mig.strategy). `values` is 
 (objects key by key, anything else replaced), for chart settings without a typed field, e.g.
 {driver: {version: "580.95.05"}}. The chart's own dcgm-exporter ServiceMonitor stays off:
 MonitoringStack owns the only one.
+
+No GPU without a request: with the container toolkit's default, an unprivileged container that
+sets NVIDIA_VISIBLE_DEVICES=all reaches every GPU of its node without requesting one, and no
+scheduler counts it. The release tells the toolkit to ignore that variable in unprivileged
+containers and keeps the operator's CDI mode on, in which the device plugin hands a container
+its GPUs as CDI devices, not through the variable (so requested GPUs still arrive). The
+operator's own operands run privileged and are not affected. An explicit toolkit.env entry or
+`values` overrides either choice. With toolkit.enabled false the host's toolkit configuration
+decides (set accept-nvidia-visible-devices-envvar-when-unprivileged = false there).
+# Ref: https://github.com/NVIDIA/nvidia-container-toolkit/blob/main/cmd/nvidia-ctk-installer/toolkit/toolkit.go
+# Ref: https://github.com/NVIDIA/gpu-operator/blob/main/controllers/object_controls.go (transformDevicePluginCtrForCDI)
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ import yaml
 from pydantic import Field, ValidationInfo, model_validator
 
 from components.cluster_access import ClusterAccess
+from components.gpu_resources import WHOLE_GPU, GpuResources
 from components.settings import (
     BOOL,
     HELM_REPOSITORY,
@@ -68,6 +80,12 @@ ENV_VALUE = Rule(
     lambda v: isinstance(v, str | int | float),
     lambda v: ("true" if v else "false") if isinstance(v, bool) else str(v),
 )
+
+
+def chart_minor(version: str) -> tuple[int, int]:
+    """(major, minor) of a chart version such as v26.3.3."""
+    major, minor, _ = version.removeprefix("v").split(".", 2)
+    return int(major), int(minor)
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -159,27 +177,51 @@ class OperatorOptions(Settings):
     against the old CRDs before the hook has run."""
 
 
-# What the device plugin advertises: whole GPUs (and MIG devices under mig.strategy single),
-# time-sliced GPUs under their own name with renameByDefault, one resource per MIG profile
-# (nvidia.com/mig-1g.5gb, ...) under mig.strategy mixed.
+# What the device plugin advertises: whole GPUs (WHOLE_GPU; MIG devices too under mig.strategy
+# single), time-sliced GPUs under their own name with renameByDefault, one resource per MIG
+# profile (nvidia.com/mig-1g.5gb, ...) under mig.strategy mixed. GpuResources and what counts
+# as a GPU are components/gpu_resources.py's.
 # Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-sharing.html
 # Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-mig.html
-WHOLE_GPU = "nvidia.com/gpu"
 SHARED_GPU = "nvidia.com/gpu.shared"
 MIG_PROFILE_PREFIX = "nvidia.com/mig-"
 
+# The toolkit's accept-nvidia-visible-devices-envvar-when-unprivileged (default true), set
+# through the toolkit container's environment.
+ENVVAR_WHEN_UNPRIVILEGED = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
+# From v25.10.0 the container runtime itself injects CDI devices and the device plugin's CDI
+# mode uses the cdi-annotations,cdi-cri strategies; before, CDI went through the nvidia runtime
+# with the envvar strategy still on.
+# Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/cdi.html
+CDI_BY_THE_RUNTIME = (25, 10)
+# The validator creates its workload pods (the device plugin's with a GPU limit and a preset
+# nodeName, the CUDA one privileged with NVIDIA_VISIBLE_DEVICES=all) with this ServiceAccount's
+# credentials, in the operator's namespace.
+# Ref: https://github.com/NVIDIA/gpu-operator/blob/main/validator/manifests/plugin-workload-validation.yaml
+# Ref: https://github.com/NVIDIA/gpu-operator/blob/main/validator/manifests/cuda-workload-validation.yaml
+VALIDATOR_SERVICE_ACCOUNT = "nvidia-operator-validator"
+# Who creates a DaemonSet's pods: kube-controller-manager, as its daemon-set-controller
+# ServiceAccount with --use-service-account-credentials (kubeadm's default), else as itself.
+# The operands (the device plugin sets NVIDIA_VISIBLE_DEVICES=all) are DaemonSet pods.
+# Ref: https://github.com/NVIDIA/gpu-operator/blob/main/assets/state-device-plugin/0500_daemonset.yaml
+DAEMONSET_CONTROLLERS = (
+    "system:kube-controller-manager",
+    "system:serviceaccount:kube-system:daemon-set-controller",
+)
+
 
 @dataclass(frozen=True, kw_only=True)
-class GpuResources:
-    """The extended resources GPU pods ask for under the operator's settings."""
+class OperatorPods:
+    """The pods the GPU Operator itself makes, as admission sees them: created in its own
+    namespace by its validator's ServiceAccount, or by the DaemonSet controller for one of
+    the namespace's DaemonSets (the operands). Nobody else's pods in that namespace."""
 
-    names: tuple[str, ...]
-    """Exact resource names (gated, weighted by the binpack scheduler)."""
-    prefixes: tuple[str, ...]
-    """Name prefixes of resources that cannot be listed in advance (MIG profiles): gated."""
-    shared: tuple[tuple[str, int], ...] = ()
-    """(name, replicas) of each time-sliced resource: one of its units is 1/replicas of a GPU
-    (the fragmentation-aware scheduler counts it so)."""
+    namespace: str
+    """The operator's namespace."""
+    creators: tuple[str, ...]
+    """User names whose pod creations in `namespace` are the operator's (its validator)."""
+    daemonset_controllers: tuple[str, ...] = DAEMONSET_CONTROLLERS
+    """User names that create DaemonSet pods; such a pod of `namespace` is an operand."""
 
 
 class GpuOperatorSettings(Settings):
@@ -214,6 +256,13 @@ class GpuOperatorSettings(Settings):
     """Free-form chart values, deep-merged last over everything above.
     dcgmExporter.serviceMonitor.enabled true is rejected while monitoring is enabled."""
 
+    def operator_pods(self) -> OperatorPods | None:
+        """The operator's own pods (the admission gate lets them through); None when disabled."""
+        if not self.enabled:
+            return None
+        validator = f"system:serviceaccount:{self.namespace}:{VALIDATOR_SERVICE_ACCOUNT}"
+        return OperatorPods(namespace=self.namespace, creators=(validator,))
+
     def gpu_resources(self) -> GpuResources:
         """The GPU resources the device plugin advertises with these settings.
 
@@ -241,6 +290,25 @@ class GpuOperatorSettings(Settings):
                 "time-slicing shares nvidia.com/gpu, which needs mig.strategy none or single",
                 at=".mig.strategy",
                 value=self.mig.strategy,
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _cdi_hands_out_the_gpus(self) -> Self:
+        """Before v25.10.0 the device plugin's CDI mode still passes devices through
+        NVIDIA_VISIBLE_DEVICES, which the toolkit is told to ignore in unprivileged containers
+        (module docstring): such a chart takes an explicit toolkit choice."""
+        if chart_minor(self.version) < CDI_BY_THE_RUNTIME and (
+            ENVVAR_WHEN_UNPRIVILEGED not in self.toolkit.env
+        ):
+            raise problem(
+                "chart versions before v25.10.0 give GPU pods their GPUs through "
+                "NVIDIA_VISIBLE_DEVICES, which the stack has the toolkit ignore in "
+                "unprivileged containers: use v25.10.0 or later, or set "
+                f"toolkit.env.{ENVVAR_WHEN_UNPRIVILEGED} (true leaves any pod that sets "
+                "the variable every GPU of its node)",
+                at=".version",
+                value=self.version,
             )
         return self
 
@@ -283,6 +351,9 @@ def operator_values(
             "name": device_plugin_config,
             "default": TIME_SLICING_KEY,
         }
+    # No GPU through NVIDIA_VISIBLE_DEVICES in an unprivileged container (module docstring);
+    # an explicit toolkit.env entry of the same name wins.
+    toolkit_env = {ENVVAR_WHEN_UNPRIVILEGED: "false", **args.toolkit.env}
     typed: dict[str, Any] = {
         "operator": {"upgradeCRD": args.operator.upgrade_crd},
         # Every operand daemonset runs on the GPU nodes, so it tolerates their taint.
@@ -290,8 +361,11 @@ def operator_values(
         "driver": {"enabled": args.driver.enabled},
         "toolkit": {
             "enabled": args.toolkit.enabled,
-            "env": [{"name": k, "value": v} for k, v in args.toolkit.env.items()],
+            "env": [{"name": k, "value": v} for k, v in toolkit_env.items()],
         },
+        # CDI device list strategies (cdi-annotations, cdi-cri) for the device plugin: requested
+        # GPUs reach their container without the variable the toolkit now ignores.
+        "cdi": {"enabled": True},
         "devicePlugin": device_plugin,
         "mig": {"strategy": args.mig.strategy},
         "migManager": {"enabled": args.mig_manager.enabled},

@@ -1,11 +1,21 @@
 """OpaGate: admission control that keeps GPU pods on the binpack scheduler.
 
-It judges pod CREATEs that request or limit a GPU resource (nvidia.com/gpu, nvidia.com/mig-*,
-what the GPU Operator's settings advertise, such as nvidia.com/gpu.shared, and the extended
-resources this stack advertises) or ask for devices through DRA (spec.resourceClaims): unless spec.schedulerName is the binpack
-scheduler they are refused, with a message naming the pod, the resource and the required
-scheduler. The scheduler name, resource names and pool toleration are data handed over from
-the layers that own them, never written into the policy source. Three engines:
+It judges pod CREATEs that request or limit a GPU resource (any resource of a GPU device
+plugin's domain, components/gpu_resources.py: the one definition the binpack scheduler weighs
+too; what the GPU Operator's settings advertise, and the extended resources this stack
+advertises) or ask for devices through DRA (spec.resourceClaims): unless spec.schedulerName is
+the binpack scheduler they are refused, with a message naming the pod, the resource and the
+required scheduler. A container that sets NVIDIA_VISIBLE_DEVICES (to anything but void or
+none) without requesting a GPU itself is refused too: with the container toolkit's default it
+would reach every GPU of its node unseen (GpuOperator also tells the toolkit to ignore the
+variable; the gate is for what the toolkit's settings do not cover, privileged containers and
+a toolkit the stack does not install). Two kinds of pod are not judged: a node's mirror pods
+of its static pods (they run whatever the gate says; refusing the mirror only hides their
+GPUs from the scheduler), recognised exactly as NodeRestriction admits them, and the GPU
+Operator's own pods (GpuOperatorSettings.operator_pods(): in its namespace, created by its
+validator or by the DaemonSet controller for a DaemonSet). The scheduler name, resource names,
+pool toleration and operator's pods are data handed over from the layers that own them, never
+written into the policy source. Three engines:
 - `mutating-admission-policy` (the default; Kubernetes v1.36+, where the API is GA): a
   MutatingAdmissionPolicy first routes GPU pods that leave spec.schedulerName unset to the
   binpack scheduler and adds the GPU pool's toleration when no toleration of theirs covers
@@ -16,7 +26,7 @@ the layers that own them, never written into the policy source. Three engines:
   name reach them as data); nothing pushes policies at run time, so a restarted OPA is
   ready as soon as it has read its files. A CA and serving certificate from pulumi-tls (kept
   in state, renewed in the last 30 days of the serving certificate). Only pods that request a
-  gated resource are sent to OPA (matchConditions).
+  gated resource or mention NVIDIA_VISIBLE_DEVICES are sent to OPA (matchConditions).
 - `validating-admission-policy`: a native ValidatingAdmissionPolicy (CEL, GA since 1.30)
   with the same data written into its CEL and the same rule and message as OPA's; no webhook
   server at all.
@@ -50,6 +60,8 @@ import pulumi_tls as tls
 from pydantic import Field
 
 from components.cluster_access import ClusterAccess
+from components.gpu_operator import OperatorPods
+from components.gpu_resources import gated_names, gated_prefixes
 from components.settings import BOOL, Runtime, Settings, between, choice
 from policies import gpu_scheduler_cel as cel
 
@@ -69,9 +81,6 @@ OPA_PORT = 8443
 # it with a ResourceQuota admission configuration); the class cluster add-ons run with.
 # Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/pod-priority-preemption/
 OPA_PRIORITY_CLASS = "system-cluster-critical"
-# Always gated, whatever the config adds: whole GPUs and MIG profiles.
-BASE_GPU_RESOURCES = ("nvidia.com/gpu",)
-BASE_GPU_PREFIXES = ("nvidia.com/mig-",)
 # The engine that routes GPU pods (MutatingAdmissionPolicy) and the first minor version that
 # serves its GA API, admissionregistration.k8s.io/v1, without a feature gate.
 # Ref: https://kubernetes.io/docs/reference/access-authn-authz/mutating-admission-policy/
@@ -101,14 +110,29 @@ def load_policies(directory: Path = POLICY_DIR) -> dict[str, str]:
 
 
 def gate_data(
-    scheduler_name: str, resources: Sequence[str], prefixes: Sequence[str]
+    scheduler_name: str,
+    resources: Sequence[str],
+    prefixes: Sequence[str],
+    *,
+    operator_pods: OperatorPods | None = None,
 ) -> dict[str, Any]:
-    """The policies' data document, data.gpu_cluster.config (see policies/README.md)."""
-    return {
+    """The policies' data document, data.gpu_cluster.config (see policies/README.md).
+
+    Every GPU (components/gpu_resources.py) is gated whatever `resources` and `prefixes` add;
+    `operator_pods` (the GPU Operator's own pods) are left out when None.
+    """
+    data: dict[str, Any] = {
         "scheduler_name": scheduler_name,
-        "gpu_resources": sorted({*BASE_GPU_RESOURCES, *resources}),
-        "gpu_resource_prefixes": sorted({*BASE_GPU_PREFIXES, *prefixes}),
+        "gpu_resources": gated_names(resources),
+        "gpu_resource_prefixes": gated_prefixes(prefixes),
     }
+    if operator_pods is not None:
+        data["operator_pods"] = {
+            "namespace": operator_pods.namespace,
+            "creators": sorted(operator_pods.creators),
+            "daemonset_controllers": sorted(operator_pods.daemonset_controllers),
+        }
+    return data
 
 
 def excluded_namespaces(gate_namespace: str) -> list[str]:
@@ -170,13 +194,20 @@ def opa_run_args(
 
 
 def gpu_request_condition(config: Mapping[str, Any]) -> str:
-    """CEL, true when the pod asks for a gated GPU resource: the webhook's match condition.
+    """CEL, true when the pod asks for a gated GPU resource: the routing policy's condition.
 
     Built from the same pieces as the ValidatingAdmissionPolicy's variables, with the lists
-    written in (match conditions have no variables). Requests for other resources never
-    reach OPA, so an OPA outage cannot hold them back.
+    written in (match conditions have no variables).
     """
     return cel.requests_gpu(config)
+
+
+def webhook_condition(config: Mapping[str, Any]) -> str:
+    """CEL, the webhook's match condition: a GPU request (gpu_request_condition), or
+    NVIDIA_VISIBLE_DEVICES in some container, from a pod the policy judges (not a mirror pod,
+    not the GPU Operator's own: the device plugin's pods set the variable). Other pods never
+    reach OPA, so an OPA outage cannot hold them back."""
+    return f"!({cel.exempt(config)}) && ({cel.judged(config)})"
 
 
 def opa_affinity(selector: Mapping[str, str]) -> dict[str, Any]:
@@ -228,9 +259,9 @@ def webhook_spec(
 ) -> dict[str, Any]:
     """The ValidatingWebhookConfiguration's one webhook; OPA answers at path `/`.
 
-    `config` is gate_data(): only pod CREATEs that ask for one of its GPU resources are sent
-    (matchConditions, GA since 1.30); with failurePolicy Fail an OPA outage then holds back
-    GPU pods only.
+    `config` is gate_data(): only pod CREATEs that ask for one of its GPU resources or mention
+    NVIDIA_VISIBLE_DEVICES are sent (matchConditions, GA since 1.30); with failurePolicy Fail
+    an OPA outage then holds back those pods only.
     Ref: https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/#matching-requests-matchconditions
     """
     return {
@@ -251,7 +282,7 @@ def webhook_spec(
                 "scope": "Namespaced",
             }
         ],
-        "matchConditions": [{"name": "requests-gpu", "expression": gpu_request_condition(config)}],
+        "matchConditions": [{"name": "gpu-pod", "expression": webhook_condition(config)}],
         "clientConfig": dict(client_config),
     }
 
@@ -316,7 +347,8 @@ def routing_policy_spec(
     headed there also gets the pool's `toleration` unless one of its tolerations already
     covers the taint. A pod with another scheduler is left as it is (the
     ValidatingAdmissionPolicy refuses it), and so is a pod created bound to a node (refused
-    too, unless it is a node's mirror pod, which must stay as its kubelet wrote it).
+    too, unless it is a node's mirror pod, which must stay as its kubelet wrote it, or the GPU
+    Operator's validator workload).
     JSON patches, because spec.tolerations is an atomic list that an apply configuration may
     not change. Both mutations hold for the routed pod as for the original, so a reinvocation
     changes nothing.
@@ -395,7 +427,10 @@ class OpaGateArgs(OpaGateSettings):
     gated (nvidia.com/gpu is gated anyway)."""
     gpu_resource_prefixes: Annotated[Sequence[str], Runtime()] = ()
     """Extra resource name prefixes to gate, e.g. MIG profiles under mig.strategy mixed
-    (nvidia.com/mig- is always gated)."""
+    (every GPU device plugin's domain is always gated)."""
+    operator_pods: Annotated[OperatorPods | None, Runtime()] = None
+    """The GPU Operator's own pods (GpuOperatorSettings.operator_pods()), let through; None
+    when the operator is not deployed."""
     pool_toleration: Annotated[
         pulumi.Output[dict[str, str]] | Mapping[str, str] | None, Runtime()
     ] = None
@@ -442,7 +477,12 @@ class OpaGate(pulumi.ComponentResource):
         )
         gated = args.gpu_resources if args.gate_extended_resources else ()
         config = pulumi.Output.all(args.scheduler_name, gated).apply(
-            lambda v: gate_data(v[0], [*args.device_resources, *v[1]], args.gpu_resource_prefixes)
+            lambda v: gate_data(
+                v[0],
+                [*args.device_resources, *v[1]],
+                args.gpu_resource_prefixes,
+                operator_pods=args.operator_pods,
+            )
         )
         exclusions: list[pulumi.Resource] = [namespace]
         if args.engine == "opa":

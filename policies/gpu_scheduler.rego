@@ -4,8 +4,11 @@
 # (or the pod-level spec.resources) requests or limits a GPU resource, or the pod asks for
 # devices through DRA resource claims (spec.resourceClaims), and
 # spec.schedulerName is not the configured binpack scheduler, or spec.nodeName is already
-# set (a pod created bound to a node is never scheduled, whatever its schedulerName; only a
-# kubelet's mirror pods, created by the node itself, may come bound).
+# set (a pod created bound to a node is never scheduled, whatever its schedulerName).
+# It is denied too when a container sets NVIDIA_VISIBLE_DEVICES (to anything but void or
+# none) without requesting a GPU itself: the container toolkit may give it every GPU of its
+# node. Not judged: a node's mirror pods of its static pods, and the GPU Operator's own pods
+# (data.gpu_cluster.config.operator_pods).
 #
 # Input: an admission.k8s.io/v1 AdmissionReview (input.request).
 # Data:  data.gpu_cluster.config, see README.md. Missing or malformed
@@ -20,6 +23,8 @@ baseline_gpu_resources := {"nvidia.com/gpu"}
 baseline_gpu_resource_prefixes := {"nvidia.com/mig-"}
 
 config_lists := ["gpu_resources", "gpu_resource_prefixes"]
+
+operator_pod_lists := ["creators", "daemonset_controllers"]
 
 # The API server refuses resources on ephemeral containers and on CREATE refuses them
 # altogether; they are scanned anyway, as nothing may hide a GPU request.
@@ -53,11 +58,25 @@ config_errors contains sprintf("data.gpu_cluster.config.%s must be a list of non
 	not non_empty_strings(value)
 }
 
+config_errors contains "data.gpu_cluster.config.operator_pods must be an object with a non-empty namespace and lists of non-empty strings creators and daemonset_controllers" if {
+	operator := config.operator_pods
+	operator != null
+	not valid_operator_pods(operator)
+}
+
 non_empty_strings(value) if {
 	is_array(value)
 	every item in value {
 		is_string(item)
 		item != ""
+	}
+}
+
+valid_operator_pods(operator) if {
+	is_string(operator.namespace)
+	operator.namespace != ""
+	every key in operator_pod_lists {
+		non_empty_strings(operator[key])
 	}
 }
 
@@ -148,6 +167,17 @@ claim_name(claim) := claim.name if {
 	claim.name != ""
 }
 
+# A container that asks for a GPU itself: a gated resource, or a DRA claim.
+container_requests_gpu(container) if {
+	some section in ["requests", "limits"]
+	some name, quantity in container.resources[section]
+	is_string(name)
+	gpu_resource(name)
+	not zero_quantity(quantity)
+}
+
+container_requests_gpu(container) if count(container.resources.claims) > 0
+
 zero_quantity(quantity) if quantity == 0
 
 zero_quantity(quantity) if {
@@ -198,12 +228,101 @@ uses_binpack_scheduler if spec.schedulerName == configured_scheduler_name
 preset_node_name if {
 	is_string(spec.nodeName)
 	spec.nodeName != ""
-	not from_a_node
 }
 
-# Mirror pods of static pods are created by the kubelet of their node (NodeRestriction
-# lets a node create only pods bound to itself).
-from_a_node if startswith(request.userInfo.username, "system:node:")
+# NVIDIA_VISIBLE_DEVICES
+
+# With the NVIDIA container toolkit's default (accept-nvidia-visible-devices-envvar-when-
+# unprivileged = true) a container that sets this reaches the GPUs it names, `all` of them,
+# whatever it requested; void, none and empty give it none. A value taken from elsewhere
+# (valueFrom) is unknown here and counts as naming devices.
+# Ref: https://github.com/NVIDIA/nvidia-container-toolkit/blob/main/cmd/nvidia-ctk-installer/toolkit/toolkit.go
+visible_devices := "NVIDIA_VISIBLE_DEVICES"
+
+no_device_values := {"", "none", "void"}
+
+# Containers that set the variable to name devices without requesting a GPU themselves.
+unrequested_visible_devices contains container_label(container) if {
+	some field in container_fields
+	some container in spec[field]
+	some env in container.env
+	env.name == visible_devices
+	not no_device(env)
+	not container_requests_gpu(container)
+}
+
+no_device(env) if {
+	not env.valueFrom
+	object.get(env, "value", "") in no_device_values
+}
+
+default container_label(_) := "<unnamed>"
+
+container_label(container) := container.name if {
+	is_string(container.name)
+	container.name != ""
+}
+
+# Pods that are not judged
+
+exempt if mirror_pod
+
+exempt if operator_pod
+
+# A node's mirror pod of one of its static pods, exactly as NodeRestriction admits a node's
+# pod: created by the node (user system:node:<node> in group system:nodes), annotated
+# kubernetes.io/config.mirror, bound to that node and owned (controller) by that Node alone,
+# as the kubelet writes it. (NodeRestriction also checks the owner's UID against the Node.)
+# The static pod runs whatever is decided here; refusing its mirror only hides its GPUs.
+# Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/plugin/pkg/admission/noderestriction/admission.go
+# Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/pkg/kubelet/pod/mirror_client.go
+node_user_prefix := "system:node:"
+
+mirror_annotation := "kubernetes.io/config.mirror"
+
+requesting_node := name if {
+	username := request.userInfo.username
+	is_string(username)
+	startswith(username, node_user_prefix)
+	"system:nodes" in request.userInfo.groups
+	name := substring(username, count(node_user_prefix), -1)
+	name != ""
+}
+
+mirror_pod if {
+	node := requesting_node
+	is_string(pod.metadata.annotations[mirror_annotation])
+	spec.nodeName == node
+	count(pod.metadata.ownerReferences) == 1
+	some owner in pod.metadata.ownerReferences
+	owner.apiVersion == "v1"
+	owner.kind == "Node"
+	owner.name == node
+	owner.controller == true
+}
+
+# The GPU Operator's own pods: in its namespace, created by one of its creators (the
+# validator's ServiceAccount), or by a DaemonSet controller for a DaemonSet (the operands).
+operator_pod if {
+	operator := operator_pods
+	request.userInfo.username in operator.creators
+}
+
+operator_pod if {
+	operator := operator_pods
+	request.userInfo.username in operator.daemonset_controllers
+	some owner in pod.metadata.ownerReferences
+	owner.apiVersion == "apps/v1"
+	owner.kind == "DaemonSet"
+	owner.controller == true
+}
+
+# The operator's pods' description, when valid and the request is in its namespace.
+operator_pods := operator if {
+	operator := config.operator_pods
+	valid_operator_pods(operator)
+	request.namespace == operator.namespace
+}
 
 # Decisions
 
@@ -215,6 +334,7 @@ deny contains msg if {
 
 deny contains msg if {
 	pod_create
+	not exempt
 	count(config_errors) == 0
 	some resource in requested_gpu_resources
 	not uses_binpack_scheduler
@@ -226,6 +346,7 @@ deny contains msg if {
 
 deny contains msg if {
 	pod_create
+	not exempt
 	count(config_errors) == 0
 	some resource in requested_gpu_resources
 	uses_binpack_scheduler
@@ -238,10 +359,21 @@ deny contains msg if {
 
 deny contains msg if {
 	pod_create
+	not exempt
 	count(config_errors) > 0
 	some resource in requested_gpu_resources
 	msg := sprintf(
 		`pod "%s" requests %s but the GPU scheduler gate is not configured (%s); GPU pods are refused until it is`,
 		[pod_display, resource, concat("; ", config_errors)],
+	)
+}
+
+deny contains msg if {
+	pod_create
+	not exempt
+	some container in unrequested_visible_devices
+	msg := sprintf(
+		`pod "%s" sets NVIDIA_VISIBLE_DEVICES in container "%s" without requesting a GPU; a container that requests none may only set it to void or none`,
+		[pod_display, container],
 	)
 }

@@ -2,16 +2,20 @@
 
 components/opa_gate.py wraps these expressions into the ValidatingAdmissionPolicy, the
 MutatingAdmissionPolicy that routes GPU pods, and the webhook's match condition; the gate
-data (gate_data(): scheduler name, gated resource names and prefixes) is written in as
-literals. tests/fixtures/gate_samples.yaml holds the sample pods both engines must judge
-alike (tests/integration/test_opa_gate_live.py runs them).
+data (gate_data(): scheduler name, gated resource names and prefixes, the GPU Operator's own
+pods) is written in as literals. tests/fixtures/gate_samples.yaml holds the sample pods both
+engines must judge alike (tests/integration/test_opa_gate_live.py runs them).
 
 Rule by rule, against policies/gpu_scheduler.rego:
 - `requested_gpu_resources` -> gpu_requests_by_container(), CLAIM_NAMES / requests_gpu(): a
   gated resource asked for (requests or limits) by any container, initContainer or
   ephemeralContainer, quantity above zero; and each DRA claim in spec.resourceClaims.
+- `mirror_pod` -> MIRROR_POD, `operator_pod` -> operator_pod(), `exempt` -> variable exempt.
+- `unrequested_visible_devices` -> unrequested_visible_devices(): containers that set
+  NVIDIA_VISIBLE_DEVICES (not to void or none) and request no GPU themselves.
 - `deny` (not on the scheduler) -> the first of validations().
-- `deny` (spec.nodeName preset, not a mirror pod) -> the second of validations().
+- `deny` (spec.nodeName preset) -> the second of validations().
+- `deny` (NVIDIA_VISIBLE_DEVICES without a GPU) -> the third of validations().
 - Routing has no Rego twin: OPA is a validating webhook and only refuses.
 """
 
@@ -55,6 +59,15 @@ def _gpu_names(section: str, resources: str, prefixes: str) -> str:
     )
 
 
+def container_requests_gpu(resources: str, prefixes: str) -> str:
+    """True when container `c` itself asks for a GPU: a gated resource, or a DRA claim."""
+    return (
+        "(has(c.resources) && ((has(c.resources.claims) && size(c.resources.claims) > 0)"
+        f" || size({_gpu_names('requests', resources, prefixes)}"
+        f" + {_gpu_names('limits', resources, prefixes)}) > 0))"
+    )
+
+
 def gpu_requests_by_container(containers: str, resources: str, prefixes: str) -> str:
     """For each of `containers`, the GPU resources (`resources`, `prefixes`) it asks for."""
     return (
@@ -83,6 +96,89 @@ def requests_gpu(config: Mapping[str, Any]) -> str:
     return f"{by_container}.exists(l, size(l) > 0) || ({HAS_CLAIMS})"
 
 
+# --------------------------------------------------------------------------- no GPU unrequested
+
+# With the NVIDIA container toolkit's default (accept-nvidia-visible-devices-envvar-when-
+# unprivileged = true) a container that sets this reaches the GPUs it names, `all` of them,
+# whatever it requested; void, none and empty give it none.
+# Ref: https://github.com/NVIDIA/nvidia-container-toolkit/blob/main/cmd/nvidia-ctk-installer/toolkit/toolkit.go
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+NO_DEVICE_VALUES = ("", "none", "void")
+
+# Container `c` sets the variable to something that can name a device: a value other than
+# NO_DEVICE_VALUES, or one taken from elsewhere (valueFrom), unknown at admission.
+SETS_VISIBLE_DEVICES = (
+    f"has(c.env) && c.env.exists(e, e.name == {literal(VISIBLE_DEVICES)}"
+    f" && (has(e.valueFrom) || (has(e.value) && !(e.value in {literal(NO_DEVICE_VALUES)}))))"
+)
+# Some container of the pod mentions the variable at all (the webhook sends those to OPA).
+MENTIONS_VISIBLE_DEVICES = (
+    f"({CONTAINERS}).exists(c, has(c.env) && c.env.exists(e, e.name == {literal(VISIBLE_DEVICES)}))"
+)
+
+
+def unrequested_visible_devices(containers: str, resources: str, prefixes: str) -> str:
+    """Names of `containers` that set NVIDIA_VISIBLE_DEVICES and request no GPU themselves."""
+    return (
+        f"{containers}.filter(c, ({SETS_VISIBLE_DEVICES})"
+        f" && !{container_requests_gpu(resources, prefixes)}).map(c, c.name)"
+    )
+
+
+def judged(config: Mapping[str, Any]) -> str:
+    """True when the policy has something to judge: a GPU request, or NVIDIA_VISIBLE_DEVICES
+    in some container; usable without variables (the webhook's match condition)."""
+    return f"{requests_gpu(config)} || {MENTIONS_VISIBLE_DEVICES}"
+
+
+# --------------------------------------------------------------------------- exemptions
+
+# A node's mirror pod of one of its static pods, exactly as NodeRestriction admits a node's pod:
+# created by the node (user system:node:<node> in group system:nodes), annotated
+# kubernetes.io/config.mirror, bound to that node and owned (controller) by that Node alone,
+# as the kubelet writes it. (NodeRestriction also checks the owner's UID, against the Node.)
+# Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/plugin/pkg/admission/noderestriction/admission.go
+# Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/pkg/kubelet/pod/mirror_client.go
+NODE_USER_PREFIX = "system:node:"
+NODES_GROUP = "system:nodes"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+_FROM_THE_NODE = f"request.userInfo.username == {literal(NODE_USER_PREFIX)} + "
+MIRROR_POD = (
+    f"request.userInfo.username.startsWith({literal(NODE_USER_PREFIX)})"
+    f" && has(request.userInfo.groups) && {literal(NODES_GROUP)} in request.userInfo.groups"
+    " && has(object.metadata.annotations)"
+    f" && {literal(MIRROR_ANNOTATION)} in object.metadata.annotations"
+    " && has(object.spec.nodeName) && object.spec.nodeName != ''"
+    f" && {_FROM_THE_NODE}object.spec.nodeName"
+    " && has(object.metadata.ownerReferences) && size(object.metadata.ownerReferences) == 1"
+    " && object.metadata.ownerReferences.all(o, o.apiVersion == 'v1' && o.kind == 'Node'"
+    f" && {_FROM_THE_NODE}o.name && has(o.controller) && o.controller)"
+)
+
+
+def operator_pod(config: Mapping[str, Any]) -> str:
+    """True for the GPU Operator's own pods (gate data `operator_pods`; "false" without it):
+    created in its namespace by one of its creators, or by a DaemonSet controller for a
+    DaemonSet (its controlling owner)."""
+    operator = config.get("operator_pods")
+    if not operator:
+        return "false"
+    return (
+        f"request.namespace == {literal(operator['namespace'])}"
+        f" && (request.userInfo.username in {literal(operator['creators'])}"
+        f" || (request.userInfo.username in {literal(operator['daemonset_controllers'])}"
+        " && has(object.metadata.ownerReferences)"
+        " && object.metadata.ownerReferences.exists(o, o.apiVersion == 'apps/v1'"
+        " && o.kind == 'DaemonSet' && has(o.controller) && o.controller)))"
+    )
+
+
+def exempt(config: Mapping[str, Any]) -> str:
+    """True for a pod the policy does not judge (a mirror pod, the operator's own); usable
+    without variables."""
+    return f"({MIRROR_POD}) || ({operator_pod(config)})"
+
+
 def validation_variables(config: Mapping[str, Any]) -> dict[str, str]:
     """The ValidatingAdmissionPolicy's variables, in order of use."""
     resources, prefixes = gate_lists(config)
@@ -104,19 +200,28 @@ def validation_variables(config: Mapping[str, Any]) -> dict[str, str]:
         " ? object.metadata.generateName : '<unnamed>'))",
         "schedulerShown": "has(object.spec.schedulerName)"
         " ? '\"' + object.spec.schedulerName + '\"' : 'unset'",
+        "mirrorPod": MIRROR_POD,
+        "operatorPod": operator_pod(config),
+        "exempt": "variables.mirrorPod || variables.operatorPod",
+        "unrequestedDevices": unrequested_visible_devices(
+            "variables.containers", "variables.gpuResources", "variables.gpuPrefixes"
+        ),
     }
 
 
 def validations() -> list[dict[str, str]]:
-    """The two `deny` rules of gpu_scheduler.rego, with the same messages.
+    """The three `deny` rules of gpu_scheduler.rego, with the same messages; a mirror pod
+    and the GPU Operator's own pods (variable exempt) pass them all.
 
-    With several kinds of GPU resource the message names the alphabetically first, which is
-    the first of the Rego policy's (sorted) messages.
+    With several kinds of GPU resource (or several containers setting NVIDIA_VISIBLE_DEVICES)
+    the message names the alphabetically first, which is the first of the Rego policy's
+    (sorted) messages.
     """
     first_gpu = _SMALLEST.format(l="variables.gpuNames")
+    first_container = _SMALLEST.format(l="variables.unrequestedDevices")
     return [
         {
-            "expression": "size(variables.gpuNames) == 0"
+            "expression": "variables.exempt || size(variables.gpuNames) == 0"
             " || (has(object.spec.schedulerName)"
             " && object.spec.schedulerName == variables.requiredScheduler)",
             "messageExpression": "'pod \"' + variables.podName + '\" requests '"
@@ -126,18 +231,24 @@ def validations() -> list[dict[str, str]]:
             "reason": "Forbidden",
         },
         {
-            # A pod created bound to a node is never scheduled; only a kubelet's mirror
-            # pods (created by the node itself) may come bound.
+            # A pod created bound to a node is never scheduled.
             # (Only reported once the scheduler name is right, as the Rego policy does.)
-            "expression": "size(variables.gpuNames) == 0"
+            "expression": "variables.exempt || size(variables.gpuNames) == 0"
             " || !(has(object.spec.schedulerName)"
             " && object.spec.schedulerName == variables.requiredScheduler)"
-            " || !has(object.spec.nodeName) || object.spec.nodeName == ''"
-            " || request.userInfo.username.startsWith('system:node:')",
+            " || !has(object.spec.nodeName) || object.spec.nodeName == ''",
             "messageExpression": "'pod \"' + variables.podName + '\" requests '"
             f" + {first_gpu}"
             " + ' but sets spec.nodeName, which skips the scheduler; GPU pods are placed"
             " by ' + variables.requiredScheduler",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": "variables.exempt || size(variables.unrequestedDevices) == 0",
+            "messageExpression": "'pod \"' + variables.podName + '\" sets "
+            f"{VISIBLE_DEVICES} in container \"' + {first_container}"
+            " + '\" without requesting a GPU; a container that requests none may only set it"
+            " to void or none'",
             "reason": "Forbidden",
         },
     ]

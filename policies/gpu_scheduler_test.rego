@@ -367,12 +367,81 @@ test_deny_unscheduled_gpu_pod_bound_to_a_node_once if {
 		with data.gpu_cluster.config as gate_config
 }
 
+# Mirror pods of static pods: as the kubelet writes them and NodeRestriction admits them.
+
+node_user(node) := {"username": sprintf("system:node:%s", [node]), "groups": ["system:nodes", "system:authenticated"]}
+
+node_owner(node) := {"apiVersion": "v1", "kind": "Node", "name": node, "uid": "0b7c6f1e-3d0a-4c55-9d3e-1a2b3c4d5e6f", "controller": true}
+
+# A static GPU pod's mirror on node gpu-1 (schedulerName left as the API server defaults it).
+mirror_pod_of(node, overrides) := make_pod(object.union(
+	{
+		"metadata": {
+			"annotations": {"kubernetes.io/config.mirror": "6a1f2c0d9e8b7a65"},
+			"ownerReferences": [node_owner(node)],
+		},
+		"spec": {"schedulerName": "default-scheduler", "nodeName": node, "containers": [container("main", gpu_limit)]},
+	},
+	overrides,
+))
+
+mirror_review(pod_object, user) := make_review(pod_object, {"userInfo": user})
+
 test_allow_mirror_pod_created_by_its_node if {
-	review := make_review(
-		make_pod({"spec": {"schedulerName": "gpu-binpack-scheduler", "nodeName": "gpu-1", "containers": [container("main", gpu_limit)]}}),
-		{"userInfo": {"username": "system:node:gpu-1"}},
-	)
-	count(deny) == 0 with input as review with data.gpu_cluster.config as gate_config
+	count(deny) == 0 with input as mirror_review(mirror_pod_of("gpu-1", {}), node_user("gpu-1"))
+		with data.gpu_cluster.config as gate_config
+}
+
+test_allow_mirror_pod_that_sets_nvidia_visible_devices if {
+	pod_object := mirror_pod_of("gpu-1", {"spec": {"containers": [object.union(container("main", cpu_only), {"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]})]}})
+	count(deny) == 0 with input as mirror_review(pod_object, node_user("gpu-1"))
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_mirror_annotation_on_a_pod_a_user_creates if {
+	deny == {`pod "team-a/train-0" requests nvidia.com/gpu but spec.schedulerName is "default-scheduler"; GPU pods must set spec.schedulerName: gpu-binpack-scheduler`} with input as mirror_review(mirror_pod_of("gpu-1", {}), {"username": "alice", "groups": ["system:authenticated"]})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_bound_pod_a_node_creates_without_the_mirror_annotation if {
+	pod_object := make_pod({"spec": {"schedulerName": "gpu-binpack-scheduler", "nodeName": "gpu-1", "containers": [container("main", gpu_limit)]}})
+	deny == {preset_node_denial} with input as mirror_review(pod_object, node_user("gpu-1"))
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_mirror_pod_from_a_user_named_like_a_node_outside_system_nodes if {
+	count(deny) == 1 with input as mirror_review(mirror_pod_of("gpu-1", {}), {"username": "system:node:gpu-1", "groups": ["system:authenticated"]})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_mirror_pod_a_node_creates_for_another_node if {
+	count(deny) == 1 with input as mirror_review(mirror_pod_of("gpu-2", {}), node_user("gpu-1"))
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_mirror_pod_owned_by_another_node if {
+	pod_object := mirror_pod_of("gpu-1", {"metadata": {"ownerReferences": [node_owner("gpu-2")]}})
+	count(deny) == 1 with input as mirror_review(pod_object, node_user("gpu-1"))
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_mirror_pod_without_its_node_as_owner if {
+	pod_object := json.remove(mirror_pod_of("gpu-1", {}), ["metadata/ownerReferences"])
+	count(deny) == 1 with input as mirror_review(pod_object, node_user("gpu-1"))
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_mirror_pod_whose_node_owner_is_not_its_controller if {
+	pod_object := mirror_pod_of("gpu-1", {"metadata": {"ownerReferences": [object.union(node_owner("gpu-1"), {"controller": false})]}})
+	count(deny) == 1 with input as mirror_review(pod_object, node_user("gpu-1"))
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_mirror_pod_with_a_second_owner if {
+	second := {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "x", "uid": "5d1e2f3a-4b5c-4d6e-8f70-8192a3b4c5d6"}
+	pod_object := mirror_pod_of("gpu-1", {"metadata": {"ownerReferences": [node_owner("gpu-1"), second]}})
+	count(deny) == 1 with input as mirror_review(pod_object, node_user("gpu-1"))
+		with data.gpu_cluster.config as gate_config
 }
 
 test_allow_cpu_pod_created_bound_to_a_node if {
@@ -407,4 +476,174 @@ test_allow_empty_resource_claims if {
 test_deny_unnamed_resource_claim if {
 	deny == {claim_denial("<unnamed>")} with input as review_of({"spec": {"resourceClaims": [{"resourceClaimName": "team-gpus"}]}})
 		with data.gpu_cluster.config as gate_config
+}
+
+# The GPU Operator's own pods
+
+operator_config := object.union(gate_config, {"operator_pods": {
+	"namespace": "gpu-operator",
+	"creators": ["system:serviceaccount:gpu-operator:nvidia-operator-validator"],
+	"daemonset_controllers": ["system:kube-controller-manager", "system:serviceaccount:kube-system:daemon-set-controller"],
+}})
+
+validator := {"username": "system:serviceaccount:gpu-operator:nvidia-operator-validator", "groups": ["system:serviceaccounts"]}
+
+daemonset_controller := {"username": "system:serviceaccount:kube-system:daemon-set-controller", "groups": ["system:serviceaccounts"]}
+
+daemonset_owner := {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "nvidia-device-plugin-daemonset", "uid": "5d1e2f3a-4b5c-4d6e-8f70-8192a3b4c5d6", "controller": true}
+
+# The validator's device-plugin workload: a GPU limit, bound to its node, default scheduler.
+plugin_validator_pod(namespace) := make_pod({
+	"metadata": {"name": "nvidia-device-plugin-validator-x7k2p", "namespace": namespace},
+	"spec": {
+		"nodeName": "gpu-1",
+		"initContainers": [container("plugin-validation", gpu_limit)],
+		"containers": [container("nvidia-device-plugin-validator", cpu_only)],
+	},
+})
+
+visible_devices_all := [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+
+# The device plugin's DaemonSet pod: privileged, NVIDIA_VISIBLE_DEVICES=all, no GPU request.
+operand_pod(namespace, owners) := make_pod({
+	"metadata": {"name": "nvidia-device-plugin-daemonset-q8l4z", "namespace": namespace, "ownerReferences": owners},
+	"spec": {"containers": [object.union(container("nvidia-device-plugin", {}), {"env": visible_devices_all, "securityContext": {"privileged": true}})]},
+})
+
+in_namespace(namespace, user) := {"namespace": namespace, "userInfo": user}
+
+test_allow_the_operators_validator_workload_in_its_namespace if {
+	count(deny) == 0 with input as make_review(plugin_validator_pod("gpu-operator"), in_namespace("gpu-operator", validator))
+		with data.gpu_cluster.config as operator_config
+}
+
+test_deny_the_validators_identity_outside_the_operators_namespace if {
+	count(deny) == 1 with input as make_review(plugin_validator_pod("team-a"), in_namespace("team-a", validator))
+		with data.gpu_cluster.config as operator_config
+}
+
+test_deny_a_validator_lookalike_from_someone_else_in_the_operators_namespace if {
+	count(deny) == 1 with input as make_review(plugin_validator_pod("gpu-operator"), in_namespace("gpu-operator", {"username": "alice"}))
+		with data.gpu_cluster.config as operator_config
+}
+
+test_deny_the_validator_workload_without_operator_data if {
+	count(deny) == 1 with input as make_review(plugin_validator_pod("gpu-operator"), in_namespace("gpu-operator", validator))
+		with data.gpu_cluster.config as gate_config
+}
+
+test_allow_the_operators_daemonset_operand if {
+	count(deny) == 0 with input as make_review(operand_pod("gpu-operator", [daemonset_owner]), in_namespace("gpu-operator", daemonset_controller))
+		with data.gpu_cluster.config as operator_config
+}
+
+test_deny_a_daemonset_pod_with_visible_devices_in_another_namespace if {
+	count(deny) == 1 with input as make_review(operand_pod("team-a", [daemonset_owner]), in_namespace("team-a", daemonset_controller))
+		with data.gpu_cluster.config as operator_config
+}
+
+test_deny_a_controller_pod_in_the_operators_namespace_not_owned_by_a_daemonset if {
+	replica_set := object.union(daemonset_owner, {"kind": "ReplicaSet"})
+	count(deny) == 1 with input as make_review(operand_pod("gpu-operator", [replica_set]), in_namespace("gpu-operator", daemonset_controller))
+		with data.gpu_cluster.config as operator_config
+}
+
+test_deny_a_daemonset_owner_written_by_someone_else if {
+	count(deny) == 1 with input as make_review(operand_pod("gpu-operator", [daemonset_owner]), in_namespace("gpu-operator", {"username": "alice"}))
+		with data.gpu_cluster.config as operator_config
+}
+
+test_malformed_operator_pods_are_a_config_error if {
+	config_errors == {"data.gpu_cluster.config.operator_pods must be an object with a non-empty namespace and lists of non-empty strings creators and daemonset_controllers"} with data.gpu_cluster.config as object.union(gate_config, {"operator_pods": {"namespace": "", "creators": "x"}})
+}
+
+test_malformed_operator_pods_exempt_nobody if {
+	config := object.union(gate_config, {"operator_pods": {"namespace": "gpu-operator", "creators": "system:serviceaccount:gpu-operator:nvidia-operator-validator"}})
+	count(deny) == 1 with input as make_review(plugin_validator_pod("gpu-operator"), in_namespace("gpu-operator", validator))
+		with data.gpu_cluster.config as config
+}
+
+# NVIDIA_VISIBLE_DEVICES without a GPU request
+
+with_env(name, resources, env) := object.union(container(name, resources), {"env": env})
+
+visible_devices_denial(name) := sprintf(`pod "team-a/train-0" sets NVIDIA_VISIBLE_DEVICES in container "%s" without requesting a GPU; a container that requests none may only set it to void or none`, [name])
+
+tolerates_pool := [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+test_deny_visible_devices_all_without_a_gpu if {
+	deny == {visible_devices_denial("main")} with input as review_of({"spec": {"tolerations": tolerates_pool, "containers": [with_env("main", cpu_only, visible_devices_all)]}})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_visible_devices_in_an_init_container if {
+	deny == {visible_devices_denial("warmup")} with input as review_of({"spec": {
+		"containers": [container("main", cpu_only)],
+		"initContainers": [with_env("warmup", cpu_only, [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "GPU-6c1e3f0a"}])],
+	}})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_visible_devices_in_an_ephemeral_container if {
+	deny == {visible_devices_denial("debug")} with input as review_of({"spec": {
+		"containers": [container("main", cpu_only)],
+		"ephemeralContainers": [with_env("debug", {}, [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0,1"}])],
+	}})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_visible_devices_from_elsewhere if {
+	from_config_map := [{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"configMapKeyRef": {"name": "gpus", "key": "visible"}}}]
+	deny == {visible_devices_denial("main")} with input as review_of({"spec": {"containers": [with_env("main", cpu_only, from_config_map)]}})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_visible_devices_in_a_container_beside_the_gpu_one if {
+	deny == {visible_devices_denial("sidecar")} with input as gpu_pod_review(object.union(binpack, {"containers": [
+		container("main", gpu_limit),
+		with_env("sidecar", cpu_only, visible_devices_all),
+	]}))
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_visible_devices_next_to_zero_gpus if {
+	deny == {visible_devices_denial("main")} with input as review_of({"spec": {"containers": [with_env("main", {"limits": {"nvidia.com/gpu": "0"}}, visible_devices_all)]}})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_allow_visible_devices_that_name_no_device if {
+	every value in ["void", "none", ""] {
+		count(deny) == 0 with input as review_of({"spec": {"containers": [with_env("main", cpu_only, [{"name": "NVIDIA_VISIBLE_DEVICES", "value": value}])]}})
+			with data.gpu_cluster.config as gate_config
+	}
+}
+
+test_allow_visible_devices_without_a_value if {
+	count(deny) == 0 with input as review_of({"spec": {"containers": [with_env("main", cpu_only, [{"name": "NVIDIA_VISIBLE_DEVICES"}])]}})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_allow_visible_devices_in_a_container_that_requests_a_gpu if {
+	count(deny) == 0 with input as gpu_pod_review(object.union(binpack, {"containers": [with_env("main", gpu_limit, visible_devices_all)]}))
+		with data.gpu_cluster.config as gate_config
+}
+
+test_allow_visible_devices_in_a_container_with_a_resource_claim if {
+	claim := {"limits": {"cpu": "1"}, "claims": [{"name": "gpu"}]}
+	count(deny) == 0 with input as review_of({"spec": {
+		"schedulerName": "gpu-binpack-scheduler",
+		"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+		"containers": [with_env("main", claim, visible_devices_all)],
+	}})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_allow_other_variables if {
+	count(deny) == 0 with input as review_of({"spec": {"containers": [with_env("main", cpu_only, [{"name": "CUDA_VISIBLE_DEVICES", "value": "all"}])]}})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_visible_devices_are_judged_without_gate_data if {
+	deny == {visible_devices_denial("main")} with input as review_of({"spec": {"containers": [with_env("main", cpu_only, visible_devices_all)]}})
+		with data.gpu_cluster.config as {}
 }

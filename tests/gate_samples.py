@@ -15,6 +15,30 @@ VERDICTS: tuple[Verdict, ...] = ("allowed", "routed", "refused")
 # The engines that only refuse, and the one that routes.
 REFUSING_ENGINES = ("opa", "validating-admission-policy")
 ROUTING_ENGINE = "mutating-admission-policy"
+# Where a sample is created: a namespace the gate judges, or the GPU Operator's own.
+Namespace = Literal["gated", "operator"]
+NAMESPACES: tuple[Namespace, ...] = ("gated", "operator")
+# What a sample's container may carry besides its resources' limits and claims.
+CONTAINER_FIELDS = ("env", "securityContext")
+
+
+# In the table, stands for the GPU Operator's namespace (the test chooses its name).
+OPERATOR_PLACEHOLDER = "{operator}"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who creates the pod (impersonated): a user name and its groups."""
+
+    user: str
+    groups: tuple[str, ...]
+
+    def with_operator_namespace(self, namespace: str) -> Identity:
+        """This identity with OPERATOR_PLACEHOLDER replaced by `namespace`."""
+        return Identity(
+            user=self.user.replace(OPERATOR_PLACEHOLDER, namespace),
+            groups=tuple(g.replace(OPERATOR_PLACEHOLDER, namespace) for g in self.groups),
+        )
 
 
 @dataclass(frozen=True)
@@ -22,16 +46,29 @@ class Sample:
     name: str
     spec: dict[str, Any]
     """The pod's spec as a user writes it; containers hold only their resources' limits and
-    claims, and get a name and image when built."""
+    claims (and CONTAINER_FIELDS), and get a name and image when built."""
     refuse: Verdict
     """The verdict of the refusing engines."""
     route: Verdict
     """The verdict of the routing engine."""
     message: str | None
     """Part of the refusal message; {pod} stands for namespace/name."""
+    namespace: Namespace = "gated"
+    """Where the pod is created."""
+    identity: Identity | None = None
+    """Who creates it, OPERATOR_PLACEHOLDER standing for the operator's namespace; None: the
+    cluster admin."""
+    metadata: dict[str, Any] | None = None
+    """Annotations and owner references of the pod."""
 
     def verdict(self, engine: str) -> Verdict:
         return self.route if engine == ROUTING_ENGINE else self.refuse
+
+    def creator(self, operator_namespace: str) -> Identity | None:
+        """Who creates the pod when the operator's namespace is `operator_namespace`."""
+        if self.identity is None:
+            return None
+        return self.identity.with_operator_namespace(operator_namespace)
 
     def pod(self, name: str) -> dict[str, Any]:
         spec = dict(self.spec)
@@ -44,11 +81,13 @@ class Sample:
                         "resources": {
                             k: container[k] for k in ("limits", "claims") if k in container
                         },
+                        **{k: container[k] for k in CONTAINER_FIELDS if k in container},
                     }
                     for i, container in enumerate(spec[field])
                 ]
         spec.setdefault("automountServiceAccountToken", False)
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+        metadata = {**(self.metadata or {}), "name": name}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
 @dataclass(frozen=True)
@@ -57,6 +96,12 @@ class SampleTable:
     gpu_resources: list[str]
     gpu_resource_prefixes: list[str]
     samples: list[Sample]
+
+
+def _identity(raw: dict[str, Any] | None) -> Identity | None:
+    if raw is None:
+        return None
+    return Identity(user=raw["user"], groups=tuple(raw.get("groups", ())))
 
 
 def load_samples(path: Path = SAMPLES_FILE) -> SampleTable:
@@ -71,6 +116,9 @@ def load_samples(path: Path = SAMPLES_FILE) -> SampleTable:
                 refuse=entry.get("refuse", both),
                 route=entry.get("route", both),
                 message=entry.get("message"),
+                namespace=entry.get("namespace", "gated"),
+                identity=_identity(entry.get("as")),
+                metadata=entry.get("metadata"),
             )
         )
     return SampleTable(

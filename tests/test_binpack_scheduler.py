@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 
 from components import (
@@ -18,6 +19,7 @@ from components import (
     ShapePoint,
 )
 from components.binpack_scheduler import render_config
+from stack_config import ConfigError, parse_stack_config
 from tests.conftest import Recording, component_access, register
 
 captured: dict[str, Any] = {}
@@ -93,6 +95,31 @@ def test_binpack_scheduler_config_has_its_own_lease() -> None:
         "resourceName": "gpu-pack",
         "resourceNamespace": "kube-system",
     }
+
+
+# The cluster's own components hold these Leases in kube-system; kube-scheduler's is the one its
+# leaderElection.resourceName defaults to (pkg/scheduler/apis/config/v1/defaults.go).
+@pytest.mark.parametrize(
+    "name",
+    [
+        "kube-scheduler",
+        "kube-controller-manager",
+        "cloud-controller-manager",
+        "apiserver-m6nbkymgpb6oy7kwfxzhnsbkwu",
+    ],
+)
+def test_binpack_scheduler_refuses_a_name_whose_lease_the_control_plane_holds(name: str) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        parse_stack_config({"scheduler": {"name": name}})
+    (problem,) = [str(p) for p in excinfo.value.problems]
+    assert problem.startswith(f"gpu-cluster:scheduler.name: got {name!r}; ")
+    assert "Lease" in problem and "kube-system" in problem
+
+
+def test_binpack_scheduler_profile_refuses_the_cluster_schedulers_lease() -> None:
+    # The profile is also built without the settings (bench, live tests).
+    with pytest.raises(ValueError, match="scheduler_name: got 'kube-scheduler'"):
+        SchedulerProfile(scheduler_name="kube-scheduler")
 
 
 def test_binpack_scheduler_config_carries_custom_shape_weights_and_percentage() -> None:

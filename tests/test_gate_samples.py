@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.gate_samples import ROUTING_ENGINE, VERDICTS, load_samples
+from tests.gate_samples import NAMESPACES, ROUTING_ENGINE, VERDICTS, load_samples
 
 
 def test_gate_samples_each_has_a_verdict_per_engine_kind() -> None:
@@ -23,3 +23,24 @@ def test_gate_samples_cover_each_verdict_of_each_engine_kind() -> None:
     table = load_samples()
     assert {s.verdict("opa") for s in table.samples} == {"allowed", "refused"}
     assert {s.verdict(ROUTING_ENGINE) for s in table.samples} == set(VERDICTS)
+
+
+def test_gate_samples_name_a_known_namespace_and_complete_identities() -> None:
+    for sample in load_samples().samples:
+        assert sample.namespace in NAMESPACES, sample.name
+        assert sample.identity is None or sample.identity.user, sample.name
+
+
+def test_gate_samples_keep_container_env_and_security_context() -> None:
+    (sample,) = [s for s in load_samples().samples if s.name == "operator-cuda-validator-workload"]
+    (init,) = sample.pod("p")["spec"]["initContainers"]
+    assert init["env"] == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    assert init["securityContext"] == {"privileged": True}
+
+
+def test_gate_samples_put_the_operators_namespace_into_their_creators() -> None:
+    (sample,) = [s for s in load_samples().samples if s.name == "operator-cuda-validator-workload"]
+    creator = sample.creator("gpu-op-1")
+    assert creator is not None
+    assert creator.user == "system:serviceaccount:gpu-op-1:nvidia-operator-validator"
+    assert "system:serviceaccounts:gpu-op-1" in creator.groups

@@ -19,9 +19,11 @@ from components.gpu_operator import (
     DEFAULT_REPOSITORY,
     DEFAULT_VERSION,
     GpuOperatorSettings,
+    OperatorPods,
     Switch,
     deep_merge,
 )
+from stack_config import ConfigError, parse_stack_config
 from tests.conftest import Recording, Registration, component_access, register
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -109,9 +111,46 @@ def test_gpu_operator_toolkit_env_is_a_list_of_string_values() -> None:
             }
         )
     )
-    assert values["toolkit"]["env"] == [
+    # After the stack's own toolkit setting (the next tests), in the order written.
+    assert values["toolkit"]["env"][-2:] == [
         {"name": "CONTAINERD_CONFIG", "value": "/etc/containerd/config.toml"},
         {"name": "CONTAINERD_SET_AS_DEFAULT", "value": "true"},
+    ]
+
+
+# NVIDIA_VISIBLE_DEVICES: with the toolkit's default, an unprivileged container that sets it
+# reaches every GPU of its node without requesting one.
+
+ENVVAR_WHEN_UNPRIVILEGED = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
+
+
+def test_gpu_operator_toolkit_ignores_visible_devices_in_unprivileged_containers() -> None:
+    values = _values(_make_gpu_operator())
+    assert {"name": ENVVAR_WHEN_UNPRIVILEGED, "value": "false"} in values["toolkit"]["env"]
+
+
+def test_gpu_operator_device_plugin_hands_out_gpus_through_cdi_not_the_variable() -> None:
+    # The toolkit then ignoring the variable must not cost requested GPUs their devices: the
+    # operator's CDI mode gives the device plugin a CDI device list strategy.
+    values = _values(_make_gpu_operator())
+    assert values["cdi"] == {"enabled": True}
+    assert "env" not in values["devicePlugin"]
+
+
+def test_gpu_operator_refuses_a_chart_whose_cdi_mode_uses_the_variable() -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        parse_stack_config({"gpuOperator": {"version": "v25.3.4"}})
+    (problem,) = [str(p) for p in excinfo.value.problems]
+    assert problem.startswith("gpu-cluster:gpuOperator.version: got 'v25.3.4'; chart versions")
+    assert f"toolkit.env.{ENVVAR_WHEN_UNPRIVILEGED}" in problem
+    told = {"version": "v25.3.4", "toolkit": {"env": {ENVVAR_WHEN_UNPRIVILEGED: "true"}}}
+    assert GpuOperatorSettings.model_validate(told).version == "v25.3.4"
+
+
+def test_gpu_operator_explicit_toolkit_env_overrides_the_isolation() -> None:
+    values = _values(_make_gpu_operator(toolkit={"env": {ENVVAR_WHEN_UNPRIVILEGED: "true"}}))
+    assert [e for e in values["toolkit"]["env"] if e["name"] == ENVVAR_WHEN_UNPRIVILEGED] == [
+        {"name": ENVVAR_WHEN_UNPRIVILEGED, "value": "true"}
     ]
 
 
@@ -290,3 +329,22 @@ def test_gpu_operator_time_slicing_tells_how_many_units_make_a_gpu(
     told = GpuOperatorSettings.model_validate({"enabled": True, "devicePlugin": sharing})
     assert told.gpu_resources().shared == shared
     assert GpuOperatorSettings.model_validate({"enabled": True}).gpu_resources().shared == ()
+
+
+# The operator's own pods, which the admission gate lets through.
+
+
+def test_gpu_operator_own_pods_are_its_validators_and_its_daemonsets_in_its_namespace() -> None:
+    settings = GpuOperatorSettings.model_validate({"enabled": True, "namespace": "nvidia-gpu"})
+    assert settings.operator_pods() == OperatorPods(
+        namespace="nvidia-gpu",
+        creators=("system:serviceaccount:nvidia-gpu:nvidia-operator-validator",),
+        daemonset_controllers=(
+            "system:kube-controller-manager",
+            "system:serviceaccount:kube-system:daemon-set-controller",
+        ),
+    )
+
+
+def test_gpu_operator_disabled_has_no_pods_of_its_own() -> None:
+    assert GpuOperatorSettings.model_validate({"namespace": "nvidia-gpu"}).operator_pods() is None

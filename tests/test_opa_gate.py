@@ -10,8 +10,11 @@ import json
 from typing import Any
 
 import pulumi
+import pytest
 
 from components import OpaGate, OpaGateArgs
+from components.binpack_scheduler import is_gpu_resource
+from components.gpu_operator import GpuOperatorSettings, OperatorPods
 from components.opa_gate import (
     DEFAULT_GATE_NAMESPACE,
     admission_policy_binding_spec,
@@ -23,6 +26,7 @@ from components.opa_gate import (
     opa_run_args,
     routing_binding_spec,
     routing_policy_spec,
+    webhook_condition,
 )
 from tests.conftest import Recording, component_access, register
 
@@ -190,7 +194,8 @@ def test_opa_gate_config_is_data_not_rego() -> None:
     assert gate == {
         "scheduler_name": "gpu-pack",
         "gpu_resources": ["example.com/dongle", "nvidia.com/gpu"],
-        "gpu_resource_prefixes": ["nvidia.com/mig-"],
+        # Every GPU device plugin's domain (components/gpu_resources.py).
+        "gpu_resource_prefixes": ["amd.com/", "gpu.intel.com/", "nvidia.com/"],
     }
     assert not any("gpu-pack" in source for source in load_policies().values())
 
@@ -277,7 +282,7 @@ def test_opa_gate_native_engine_writes_gate_data_into_the_policy() -> None:
     variables = {v["name"]: v["expression"] for v in spec["variables"]}
     assert variables["requiredScheduler"] == '"gpu-pack"'
     assert variables["gpuResources"] == '["example.com/dongle", "nvidia.com/gpu"]'
-    assert variables["gpuPrefixes"] == '["nvidia.com/mig-"]'
+    assert variables["gpuPrefixes"] == '["amd.com/", "gpu.intel.com/", "nvidia.com/"]'
 
 
 def test_opa_gate_native_engine_needs_no_parameter_object() -> None:
@@ -315,8 +320,10 @@ def test_opa_gate_webhook_only_receives_gpu_pods() -> None:
     recording = _make_gate(gpu_resources=["example.com/dongle"])
     (condition,) = _webhook(recording)["matchConditions"]
     config = gate_data("gpu-binpack-scheduler", ["example.com/dongle"], [])
-    assert condition == {"name": "requests-gpu", "expression": gpu_request_condition(config)}
-    for gated in ('"example.com/dongle"', '"nvidia.com/gpu"', '"nvidia.com/mig-"'):
+    assert condition["name"] == "gpu-pod"
+    # A GPU request, or NVIDIA_VISIBLE_DEVICES (next test): nothing else reaches OPA.
+    assert f"({gpu_request_condition(config)} || " in condition["expression"]
+    for gated in ('"example.com/dongle"', '"nvidia.com/gpu"', '"nvidia.com/"'):
         assert gated in condition["expression"]
 
 
@@ -459,3 +466,93 @@ def test_opa_gate_device_resources_are_gated_whatever_gate_extended_resources_sa
     (policy,) = recording.of_type(VAP)
     variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
     assert variables["gpuResources"] == '["nvidia.com/gpu", "nvidia.com/gpu.shared"]'
+
+
+# One definition of a GPU: whatever the scheduler weighs as one is gated, and nothing else.
+
+
+def _gated(config: dict[str, Any], name: str) -> bool:
+    """As the policies match a resource name against the gate data."""
+    return name in config["gpu_resources"] or any(
+        name.startswith(p) for p in config["gpu_resource_prefixes"]
+    )
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "nvidia.com/gpu",
+        "nvidia.com/gpu.shared",
+        "nvidia.com/mig-1g.5gb",
+        "amd.com/gpu",
+        "gpu.intel.com/i915",
+        "cpu",
+        "example.com/dongle",
+    ],
+)
+def test_opa_gate_gates_exactly_what_the_scheduler_weighs_as_a_gpu(name: str) -> None:
+    recording = _make_gate(gpu_resources=[])
+    gate = json.loads(_config_maps(recording)["gpu-gate-config"]["data"]["gate.json"])
+    assert _gated(gate, name) == is_gpu_resource(name)
+
+
+# NVIDIA_VISIBLE_DEVICES reaches GPUs without a request: OPA must see pods that set it.
+
+
+def test_opa_gate_webhook_also_receives_pods_that_set_nvidia_visible_devices() -> None:
+    (condition,) = _webhook(_make_gate())["matchConditions"]
+    assert condition["expression"] == webhook_condition(
+        gate_data("gpu-binpack-scheduler", ["example.com/dongle"], [])
+    )
+    assert "NVIDIA_VISIBLE_DEVICES" in condition["expression"]
+
+
+# The GPU Operator's own pods: its settings say which, the gate lets them through.
+
+OPERATOR_PODS = GpuOperatorSettings.model_validate({"enabled": True}).operator_pods()
+VALIDATOR = '"system:serviceaccount:gpu-operator:nvidia-operator-validator"'
+
+
+def test_opa_gate_operator_pods_reach_the_policy_data() -> None:
+    recording = _make_gate(operator_pods=OPERATOR_PODS)
+    gate = json.loads(_config_maps(recording)["gpu-gate-config"]["data"]["gate.json"])
+    assert gate["operator_pods"] == {
+        "namespace": "gpu-operator",
+        "creators": ["system:serviceaccount:gpu-operator:nvidia-operator-validator"],
+        "daemonset_controllers": [
+            "system:kube-controller-manager",
+            "system:serviceaccount:kube-system:daemon-set-controller",
+        ],
+    }
+
+
+def test_opa_gate_operator_pods_never_reach_opa() -> None:
+    # The device plugin's pods set NVIDIA_VISIBLE_DEVICES: an OPA outage must not hold them.
+    (condition,) = _webhook(_make_gate(operator_pods=OPERATOR_PODS))["matchConditions"]
+    assert condition["expression"].startswith("!(")
+    assert VALIDATOR in condition["expression"]
+
+
+def test_opa_gate_operator_pods_reach_the_native_policy() -> None:
+    recording = _make_gate(engine="validating-admission-policy", operator_pods=OPERATOR_PODS)
+    (policy,) = recording.of_type(VAP)
+    variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
+    assert '"gpu-operator"' in variables["operatorPod"]
+    assert VALIDATOR in variables["operatorPod"]
+
+
+def test_opa_gate_without_the_operator_exempts_no_pods() -> None:
+    recording = _make_gate(engine="validating-admission-policy")
+    (policy,) = recording.of_type(VAP)
+    variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
+    assert variables["operatorPod"] == "false"
+    assert "operator_pods" not in gate_data("s", [], [])
+
+
+def test_opa_gate_operator_pods_are_data_of_one_shape() -> None:
+    pods = OperatorPods(namespace="ns", creators=("u",), daemonset_controllers=("c",))
+    assert gate_data("s", [], [], operator_pods=pods)["operator_pods"] == {
+        "namespace": "ns",
+        "creators": ["u"],
+        "daemonset_controllers": ["c"],
+    }

@@ -30,6 +30,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from components.gpu_operator import GpuOperatorSettings
 from components.opa_gate import (
     GATE_CONFIG_FILE,
     GATE_NAME,
@@ -47,7 +48,7 @@ from components.opa_gate import (
     routing_policy_spec,
     webhook_spec,
 )
-from tests.gate_samples import load_samples
+from tests.gate_samples import Identity, Sample, load_samples
 from tests.integration.conftest import built_tool
 from tools.harness import LocalControlPlane, ManagedProcess, free_port
 from tools.harness.certs import CertificateAuthority, write_private
@@ -55,7 +56,16 @@ from tools.harness.certs import CertificateAuthority, write_private
 # The table of sample pods and the gate data it is written for.
 SAMPLES = load_samples()
 SCHEDULER = SAMPLES.scheduler
-GATE_CONFIG = gate_data(SCHEDULER, SAMPLES.gpu_resources, SAMPLES.gpu_resource_prefixes)
+# The GPU Operator's namespace in these tests (a namespace removed here stays terminating on
+# the session's API server: no namespace controller), and its own pods as its settings
+# describe them (namespace and creators).
+OPERATOR_NAMESPACE = f"gpu-operator-{uuid.uuid4().hex[:8]}"
+OPERATOR_PODS = GpuOperatorSettings.model_validate(
+    {"enabled": True, "namespace": OPERATOR_NAMESPACE}
+).operator_pods()
+GATE_CONFIG = gate_data(
+    SCHEDULER, SAMPLES.gpu_resources, SAMPLES.gpu_resource_prefixes, operator_pods=OPERATOR_PODS
+)
 # The gate's own namespace in these tests: excluded by name, like kube-system.
 GATE_NAMESPACE = f"gate-own-{uuid.uuid4().hex[:8]}"
 # The label both engines used to skip; anyone who may label a namespace can set it.
@@ -109,6 +119,8 @@ class Namespaces:
     """Carries BYPASS_LABEL."""
     own: str
     """The gate's own namespace."""
+    operator: str = OPERATOR_NAMESPACE
+    """The GPU Operator's namespace."""
 
 
 def _http(request: urllib.request.Request, context: ssl.SSLContext | None = None) -> int:
@@ -245,17 +257,61 @@ def _denied_by(engine: str, outcome: str | None) -> bool:
     return outcome is not None and DENIAL[engine].match(outcome) is not None
 
 
+SERVICE_ACCOUNT_USER = re.compile(r"^system:serviceaccount:(?P<namespace>[^:]+):(?P<name>[^:]+)$")
+
+
+def _sample_creators() -> list[str]:
+    """The ServiceAccounts (user names) samples are created as, other than kube-system's."""
+    creators = {s.creator(OPERATOR_NAMESPACE) for s in SAMPLES.samples}
+    return sorted(
+        {
+            c.user
+            for c in creators
+            if c is not None
+            and (m := SERVICE_ACCOUNT_USER.match(c.user)) is not None
+            and m["namespace"] != "kube-system"
+        }
+    )
+
+
+def _let_create_pods(cp: LocalControlPlane, namespace: str, user: str) -> None:
+    """A Role to create pods in `namespace`, bound to ServiceAccount `user` (the aggregated
+    `edit` role stays empty: there is no kube-controller-manager to aggregate it)."""
+    match = SERVICE_ACCOUNT_USER.match(user)
+    assert match is not None
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+    name = f"sample-creator-{match['name']}"
+    role = {
+        "metadata": {"name": name},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}],
+    }
+    binding = {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [
+            {"kind": "ServiceAccount", "namespace": match["namespace"], "name": match["name"]}
+        ],
+    }
+    cp.request("POST", f"{rbac}/roles", role)
+    cp.request("POST", f"{rbac}/rolebindings", binding)
+
+
 @pytest.fixture(scope="module")
 def namespaces(control_plane: LocalControlPlane) -> Iterator[Namespaces]:
     suffix = uuid.uuid4().hex[:8]
     made = Namespaces(
         gated=f"gate-team-{suffix}", labelled=f"gate-labelled-{suffix}", own=GATE_NAMESPACE
     )
-    for name in (made.gated, made.labelled, made.own):
+    for name in (made.gated, made.labelled, made.own, made.operator):
         control_plane.create_namespace(name)
     control_plane.request(
         "PATCH", f"/api/v1/namespaces/{made.labelled}", {"metadata": {"labels": BYPASS_LABEL}}
     )
+    # The samples' creators may create pods where they are created: the operator's validator
+    # (kube-apiserver's bootstrap roles already let the DaemonSet controller and nodes do so).
+    for name in (made.gated, made.operator):
+        for creator in _sample_creators():
+            _let_create_pods(control_plane, name, creator)
     # kube-system exists, but without kube-controller-manager nothing gives it the
     # `default` ServiceAccount pods are admitted with; a real cluster has it.
     with contextlib.suppress(urllib.error.HTTPError):
@@ -267,7 +323,7 @@ def namespaces(control_plane: LocalControlPlane) -> Iterator[Namespaces]:
     try:
         yield made
     finally:
-        for name in (made.gated, made.labelled, made.own):
+        for name in (made.gated, made.labelled, made.own, made.operator):
             with contextlib.suppress(urllib.error.HTTPError):
                 control_plane.request("DELETE", f"/api/v1/namespaces/{name}")
 
@@ -569,6 +625,11 @@ def test_opa_gate_live_decides_again_after_opa_restarts(
             # the webhook's match condition never sends other pods to OPA.
             outage = _create(api_client, ns, _pod("train-outage", GPU, scheduler=SCHEDULER))
             cpu_in_outage = _create(api_client, ns, _pod("web-outage", CPU))
+            # Nor the GPU Operator's own pods, though its device plugin sets
+            # NVIDIA_VISIBLE_DEVICES: they are never sent.
+            operand_in_outage = _create_sample(
+                control_plane, api_client, namespaces, "operator-daemonset-operand"
+            )
             started = time.monotonic()
             process.start()
             _wait_for("OPA readiness after a restart", lambda: _ready(opa_server), process.tail)
@@ -583,6 +644,7 @@ def test_opa_gate_live_decides_again_after_opa_restarts(
 
     assert outage is not None and "failed calling webhook" in outage, outage
     assert cpu_in_outage is None
+    assert operand_in_outage is None, operand_in_outage
     assert ready_s < RESTART_READY_S
     denial = DENIAL["opa"].match(denied or "")
     assert denial, f"not denied by the restarted OPA: {denied}"
@@ -590,24 +652,59 @@ def test_opa_gate_live_decides_again_after_opa_restarts(
     assert admitted is None
 
 
+@contextlib.contextmanager
+def _client_as(cp: LocalControlPlane, identity: Identity | None, admin: Any) -> Iterator[Any]:
+    """An API client acting as `identity` (impersonated by the admin), or the admin's."""
+    if identity is None:
+        yield admin
+        return
+    impersonating = cp.api_client()
+    impersonating.set_default_header("Impersonate-User", identity.user)
+    # One header per group would be right; the client keeps one value per name, and every
+    # identity in the table needs only its first group to be authorized.
+    if identity.groups:
+        impersonating.set_default_header("Impersonate-Group", identity.groups[0])
+    try:
+        yield impersonating
+    finally:
+        impersonating.close()
+
+
+def _sample_namespace(sample: Sample, namespaces: Namespaces) -> str:
+    return namespaces.operator if sample.namespace == "operator" else namespaces.gated
+
+
+def _create_sample(
+    cp: LocalControlPlane, admin: Any, namespaces: Namespaces, name: str
+) -> str | None:
+    """Dry-run create of the table's sample `name` as its creator: None when admitted, else
+    the API server's Status.message."""
+    (sample,) = [s for s in SAMPLES.samples if s.name == name]
+    pod: Any = sample.pod(name)  # the client sends a plain manifest as it is
+    with _client_as(cp, sample.creator(namespaces.operator), admin) as creator:
+        return _create(creator, _sample_namespace(sample, namespaces), pod)
+
+
 def _judge_table(
     engine: str,
     cp: LocalControlPlane,
     api_client: Any,
-    namespace: str,
+    namespaces: Namespaces,
     opa: OpaServer | None,
 ) -> list[str]:
     """With `engine` in force, each sample's disagreement with the table, if any."""
     wrong: list[str] = []
-    core = client.CoreV1Api(api_client)
-    with _engine_active(engine, cp, api_client, namespace, opa):
+    with _engine_active(engine, cp, api_client, namespaces.gated, opa):
         for i, sample in enumerate(SAMPLES.samples):
             name = f"sample-{i}"
+            namespace = _sample_namespace(sample, namespaces)
             pod: Any = sample.pod(name)
             written = pod["spec"].get("schedulerName", "default-scheduler")
             expected = sample.verdict(engine)
             try:
-                stored: Any = core.create_namespaced_pod(namespace, pod, dry_run="All")
+                with _client_as(cp, sample.creator(namespaces.operator), api_client) as creator:
+                    core = client.CoreV1Api(creator)
+                    stored: Any = core.create_namespaced_pod(namespace, pod, dry_run="All")
             except ApiException as exc:
                 message = json.loads(exc.body or "{}").get("message", str(exc))
                 denial = DENIAL[engine].match(message)
@@ -633,7 +730,7 @@ def test_opa_gate_live_engines_reach_the_sample_tables_verdicts(
     opa_server: OpaServer,
 ) -> None:
     """tests/fixtures/gate_samples.yaml: every engine, every sample, one verdict each."""
-    ns = namespaces.gated
+    ns = namespaces
     wrong = [
         *_judge_table("opa", control_plane, api_client, ns, opa_server),
         *_judge_table("validating-admission-policy", control_plane, api_client, ns, None),
