@@ -10,12 +10,16 @@ in bench/README.md (`pytest -s`).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
+from kubernetes import client
 
+from tools.harness.pulumi_engine import project_config as stack_config
 from tools.harness.stack import AppliedStack, StackError
 
 from .conftest import require_e2e_tools
@@ -71,5 +75,57 @@ def test_a_restart_during_up_is_repaired_by_the_next_up(
             assert (taint["key"], taint["value"], taint["effect"]) in nodes[name]["taints"]
             owned = [k for k in nodes[name]["annotations"] if k.startswith(OWNERSHIP_PREFIX)]
             assert owned, f"{name} lost its ownership records"
+        applied.destroy()
+        assert applied.node_state() == applied.nodes_before
+
+
+def test_the_stack_scheduler_killed_during_up_harms_nothing_of_the_stack(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The binpack scheduler's process killed while an `up` applies a config change: the run
+    does not depend on it and succeeds; GPU pods wait (Pending) until the kubelet has restarted
+    it, then bind; the next `up` changes nothing."""
+    require_e2e_tools()
+    with AppliedStack(STACK, tmp_path_factory.mktemp("e2e-fault-scheduler")) as applied:
+        applied.up()
+        assert applied.runtime is not None
+        scheduler = applied.outputs["schedulerName"]
+        (process,) = [p for p in applied.runtime.processes.values() if scheduler in p.name]
+        pool = dict(stack_config(STACK)["gpuPool"])
+        labels = {**pool["labels"], "gpu-cluster.io/environment": "during-fault"}
+        applied.set_config({"gpuPool": {**pool, "labels": labels}})
+        said = _up_with_fault(applied, lambda: os.kill(process.process.pid or 0, 9), after=1)
+        assert said.startswith("succeeded"), said
+        assert not process.process.running()
+        core: Any = client.CoreV1Api(applied.api_client())
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="jobs")))
+        pod: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "train"},
+            "spec": {
+                "schedulerName": scheduler,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.invalid/cuda-job:1",
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    }
+                ],
+            },
+        }
+        core.create_namespaced_pod("jobs", pod)
+        time.sleep(3)
+        assert core.read_namespaced_pod("train", "jobs").spec.node_name is None
+        applied.sync_pods()  # the kubelet restarts the container
+        deadline = time.monotonic() + 60
+        while core.read_namespaced_pod("train", "jobs").spec.node_name is None:
+            assert time.monotonic() < deadline, "not bound after the scheduler came back"
+            time.sleep(0.5)
+        print(f"\nFAULT scheduler process killed during up | {said} | next up: ", end="")
+        again = applied.up()
+        print(f"{len(again)} changes")
+        assert again == []
+        core.delete_namespace("jobs")
         applied.destroy()
         assert applied.node_state() == applied.nodes_before

@@ -143,7 +143,8 @@ class PodRuntime:
 
     # ------------------------------------------------------------------ sync
     def sync(self, namespaces: Sequence[str] | None = None) -> list[PodProcess]:
-        """Start a process for every Running pod with a known image; stop those of gone pods.
+        """Start a process for every Running pod with a known image (again where it died);
+        stop those of gone pods.
 
         Returns the processes started by this call.
         """
@@ -153,6 +154,10 @@ class PodRuntime:
         live = {pod.metadata.uid for pod in pods if pod.metadata.deletion_timestamp is None}
         for uid in [uid for uid in self.processes if uid not in live]:
             self.processes.pop(uid).process.stop()
+        # A container that died is started again, as a kubelet restarts it (restartPolicy
+        # Always), by the loop below.
+        for uid in [uid for uid, p in self.processes.items() if not p.process.running()]:
+            self.processes.pop(uid)
         started = []
         for pod in pods:
             if namespaces is not None and pod.metadata.namespace not in namespaces:
