@@ -7,8 +7,10 @@ Pulumi CLI (tools/build-pulumi.sh) and the stack's own node layers (TaintedGpuPo
 and ExtendedResourceNodes' advertised resource on every node: one node-set dynamic resource
 per layer):
 
-- `up`, a second `up` (no-op), `refresh`, `destroy`: wall time and the peak RSS of the CLI
-  and its children (the program and the provider process), and the state file's size;
+- `up`, a second `up` (no-op), `refresh`, `destroy`: wall time; the largest resident set of
+  any one process on the engine's side during the step, and which (this process, which runs
+  the program through the Automation API, the CLI, the provider host; sampled from /proc every
+  0.1 s, the cluster's etcd and kube-apiserver left out); the state file's size;
 - the floor: the same node changes done by a plain client loop (one JSON patch per taint and
   per extended resource, then their removal), in the same run;
 - the program's evaluation under Pulumi mocks at the same N (no engine, no cluster).
@@ -27,10 +29,10 @@ import argparse
 import csv
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -95,13 +97,85 @@ class Row:
     floor_seconds: float | None
     ratio: float | None
     peak_rss_mib: float | None
+    """The largest resident set of any one process of the engine's side during the step."""
     state_kib: float | None
     load: float | None = None
     """The machine's 1-minute load average at the end of the step (2 cores here)."""
+    peak_process: str | None = None
+    """Which process that was (the bench's own, which runs the program, or a child's name)."""
 
 
-def _children_peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+# The cluster's own processes: not the engine's side, whose memory the goal is about.
+CLUSTER_PROCESSES = frozenset({"etcd", "kube-apiserver"})
+
+
+class PeakSampler:
+    """Samples, every `interval` s, the resident set of this process and of each of its
+    descendants (but the cluster's), keeping each process's largest; `peak()` names the
+    largest of all. /proc's VmRSS, so it needs Linux."""
+
+    def __init__(self, interval: float = 0.1) -> None:
+        self.interval = interval
+        self.peaks: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _processes() -> dict[int, tuple[int, str]]:
+        found = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+            found[int(entry.name)] = (ppid, name)
+        return found
+
+    @staticmethod
+    def _rss_mib(pid: int) -> float:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        return 0.0
+
+    def _sample(self) -> None:
+        me = os.getpid()
+        processes = self._processes()
+        ours = {me}
+        for _ in range(8):  # descendants, a few generations deep
+            ours |= {pid for pid, (ppid, _) in processes.items() if ppid in ours}
+        for pid in ours:
+            name = "bench (program)" if pid == me else processes.get(pid, (0, "?"))[1]
+            if name in CLUSTER_PROCESSES:
+                continue
+            key = f"{name}"
+            self.peaks[key] = max(self.peaks.get(key, 0.0), self._rss_mib(pid))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self) -> PeakSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def peak(self) -> tuple[str, float]:
+        """(process, MiB) of the largest resident set seen."""
+        if not self.peaks:
+            return ("?", 0.0)
+        name = max(self.peaks, key=lambda k: self.peaks[k])
+        return name, self.peaks[name]
 
 
 def _state_kib(state_dir: Path) -> float:
@@ -176,8 +250,10 @@ def measure(
 
         def timed(step: str, run: Callable[[], Any], floor_s: float | None) -> Any:
             started = time.monotonic()
-            result = run()
+            with PeakSampler() as sampler:
+                result = run()
             seconds = time.monotonic() - started
+            peak_process, peak_mib = sampler.peak()
             ratio = seconds / floor_s if floor_s else None
             rows.append(
                 Row(
@@ -186,9 +262,10 @@ def measure(
                     round(seconds, 2),
                     floor_s and round(floor_s, 2),
                     ratio and round(ratio, 2),
-                    round(_children_peak_mib(), 1),
+                    round(peak_mib, 1),
                     round(_state_kib(Path(tmp)), 1),
                     round(os.getloadavg()[0], 1),
+                    peak_process,
                 )
             )
             shown = f" ({ratio:.1f}x floor)" if ratio else ""
@@ -207,7 +284,7 @@ def measure(
 
 def print_table(rows: Sequence[Row]) -> None:
     header = f"{'nodes':>6} {'step':<11} {'seconds':>8} {'floor s':>8} {'ratio':>6} "
-    header += f"{'peak MiB':>9} {'state KiB':>10} {'load':>5}"
+    header += f"{'peak MiB':>9} {'state KiB':>10} {'load':>5}  peak process"
     print(header)
     for r in rows:
 
@@ -217,6 +294,7 @@ def print_table(rows: Sequence[Row]) -> None:
         print(
             f"{r.nodes:>6} {r.step:<11} {r.seconds:>8} {fmt(r.floor_seconds, 8)} "
             f"{fmt(r.ratio, 6)} {fmt(r.peak_rss_mib, 9)} {fmt(r.state_kib, 10)} {fmt(r.load, 5)}"
+            f"  {r.peak_process or '-'}"
         )
 
 
