@@ -2,7 +2,8 @@
 the dynamic providers need. Nothing in the stack uses the ambient default provider.
 
 One stack manages a cluster, and the cluster says which: the claim, ConfigMap
-kube-system/<project>, records the stack's identity and is created before anything else (the
+kube-system/<project>, records the stack's id (minted on its first `up`, kept across a
+`pulumi stack rename`) and its organization/project/stack, and is created before anything else (the
 provider every object uses depends on it; the node and control-plane layers wait for it too).
 The kubernetes provider applies objects server-side and, on create, takes over an object that
 already exists; the claim alone is applied without force, so a second stack's `up` stops on
@@ -27,12 +28,19 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.providers.credentials import kubeconfig_content
-from components.providers.node_api import api_client_from_kubeconfig, stack_identity
+from components.providers.node_api import (
+    api_client_from_kubeconfig,
+    stack_identity,
+    stack_label,
+)
 from components.settings import PROJECT, ConfigError, Problem
 
 CLAIM_NAMESPACE = "kube-system"
 CLAIM_KEY = "managed-by-stack"
-"""The claim's data key: a second stack's `up` fails naming it (`.data.managed-by-stack`)."""
+"""The claim's data key for the stack's id: a second stack's `up` fails naming it
+(`.data.managed-by-stack`)."""
+CLAIM_LABEL_KEY = "stack"
+"""The claim's data key for the stack's readable organization/project/stack."""
 PATCH_FORCE = "pulumi.com/patchForce"
 """The kubernetes provider's annotation: apply this object with force (take over fields)."""
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -201,7 +209,7 @@ class ClusterAccess:
                 "namespace": CLAIM_NAMESPACE,
                 "labels": {"app.kubernetes.io/part-of": PROJECT},
             },
-            data={CLAIM_KEY: stack_identity()},
+            data={CLAIM_KEY: stack_identity(), CLAIM_LABEL_KEY: stack_label()},
             opts=pulumi.ResourceOptions(provider=provider(f"{name}-claim-provider")),
         )
         pulumi.runtime.register_stack_transformation(apply_with_force(claim))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.cluster_access import CLAIM_KEY, PATCH_FORCE
+from components.cluster_access import CLAIM_KEY, CLAIM_LABEL_KEY, PATCH_FORCE
 from stack_config import ConfigError
 from tests.conftest import ROOT, Recording, register, run_program, stack_config
 
@@ -80,11 +80,17 @@ def test_main_applies_every_object_with_force_but_the_claim() -> None:
     assert forced.pop("cluster-claim") is None
     assert forced and set(forced.values()) == {"true"}, forced
     claim = next(r for r in objects if r.name == "cluster-claim")
-    assert claim.inputs["data"][CLAIM_KEY].endswith("/gpu-cluster/prod")  # organization/...
+    identity = next(r for r in recording.resources if r.typ.endswith(":StackIdentity"))
+    # The stack's id (what the mocks give the StackIdentity resource), and its readable name.
+    assert claim.inputs["data"][CLAIM_KEY] == f"{identity.name}-id"
+    assert claim.inputs["data"][CLAIM_LABEL_KEY].endswith("/gpu-cluster/prod")
     # What does not use the kubernetes provider waits for the claim too (the SSH commands
     # through the one-host-at-a-time chain).
     waiting = {claim.urn}
     for r in recording.resources:
+        # The stack's id touches nothing on the cluster; the claim waits for it.
+        if r.typ.endswith(":StackIdentity"):
+            continue
         if r.typ.startswith(("pulumi-python:dynamic", "command:remote")):
             assert waiting & set(r.dependencies), f"{r.name} does not wait for the claim"
             waiting.add(r.urn)

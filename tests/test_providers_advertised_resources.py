@@ -168,3 +168,100 @@ def test_advertised_resources_write_from_one_list_and_reread_only_after_a_confli
     outs = _outs(_make_provider(api).create(_props({n: {DONGLE: 1} for n in api.nodes})))
     assert outs["failed"] == {} and (api.lists, api.reads) == (1, 1)
     assert _status(api, "w-6") == {"cpu": "8", "memory": "32Gi", "pods": "110", DONGLE: "1"}
+
+
+def _set_count(api: FakeNodeApi, node: str, resource: str, count: str | None) -> None:
+    """A status write by someone else (an admin's patch, the kubelet re-registering)."""
+
+    def edit(n: dict[str, Any]) -> None:
+        for field in ("capacity", "allocatable"):
+            values = n["status"].setdefault(field, {})
+            if count is None:
+                values.pop(resource, None)
+            else:
+                values[resource] = count
+
+    api.edit(node, edit)
+
+
+def _ownership(api: FakeNodeApi, node: str) -> dict[str, str]:
+    return dict(api.nodes[node]["metadata"].get("annotations") or {})
+
+
+def test_advertised_resources_destroy_leaves_a_count_set_since_and_drops_the_record() -> None:
+    api = FakeNodeApi({"w-1": {"status": {"capacity": {DONGLE: "1"}, "allocatable": {}}}})
+    provider = _make_provider(api)
+    outs = _outs(provider.create(_props({"w-1": {DONGLE: 4}})))
+    _set_count(api, "w-1", DONGLE, "8")
+    provider.delete("id", outs)
+    assert _status(api, "w-1")[DONGLE] == _status(api, "w-1", "allocatable")[DONGLE] == "8"
+    assert _ownership(api, "w-1") == {}
+
+
+def test_advertised_resources_destroy_does_not_bring_back_a_count_gone_since() -> None:
+    """The kubelet re-registered and dropped every count: the one the stack replaced is not
+    advertised again by destroy."""
+    api = FakeNodeApi({"w-1": {"status": {"capacity": {DONGLE: "1"}, "allocatable": {}}}})
+    provider = _make_provider(api)
+    outs = _outs(provider.create(_props({"w-1": {DONGLE: 4}})))
+    _set_count(api, "w-1", DONGLE, None)
+    provider.delete("id", outs)
+    assert DONGLE not in _status(api, "w-1") and _ownership(api, "w-1") == {}
+
+
+def test_advertised_resources_a_resource_left_out_keeps_a_count_set_since() -> None:
+    api = FakeNodeApi({"w-1": {}})
+    provider = _make_provider(api)
+    outs = _outs(provider.create(_props({"w-1": {DONGLE: 4, FPGA: 1}})))
+    _set_count(api, "w-1", FPGA, "2")
+    outs = _outs(provider.update("id", outs, _props({"w-1": {DONGLE: 4}})))
+    assert outs["failed"] == {} and _status(api, "w-1", "allocatable") == {DONGLE: "4", FPGA: "2"}
+    assert len(_ownership(api, "w-1")) == 1  # the dongle's
+
+
+def test_advertised_resources_up_refuses_to_overwrite_a_count_set_since() -> None:
+    api = FakeNodeApi({"w-1": {}, "w-2": {}})
+    provider = _make_provider(api)
+    wanted = _props({"w-1": {DONGLE: 4}, "w-2": {DONGLE: 4}})
+    outs = _outs(provider.create(wanted))
+    _set_count(api, "w-1", DONGLE, "8")
+    _set_count(api, "w-2", DONGLE, None)
+    outs = _outs(provider.update("id", _outs(provider.read("id", outs)), wanted))
+    assert list(outs["failed"]) == ["w-1"]
+    assert (
+        "changed since this stack set it (the stack set '4', the node has '8')"
+        in (outs["failed"]["w-1"])
+    )
+    assert _status(api, "w-1")[DONGLE] == "8" and _status(api, "w-2")[DONGLE] == "4"
+
+
+def test_advertised_resources_a_failed_node_taken_out_of_the_layer_is_forgotten() -> None:
+    api = FakeNodeApi({"w-1": {}})
+    provider = _make_provider(api)
+    outs = _outs(provider.create(_props({"w-1": {DONGLE: 4}, "w-gone": {DONGLE: 4}})))
+    assert list(outs["failed"]) == ["w-gone"]
+    news = _props({"w-1": {DONGLE: 4}})
+    assert provider.diff("id", outs, news).changes is True
+    outs = _outs(provider.update("id", outs, news))
+    assert outs["failed"] == {} and provider.diff("id", outs, news).changes is False
+
+
+def test_advertised_resources_another_backend_s_stack_of_the_same_names_is_refused() -> None:
+    api = FakeNodeApi({"w-1": {}})
+    _make_provider(api).create(_props({"w-1": {DONGLE: 4}}, owner="id-a", stack=OWNER))
+    other = _props({"w-1": {DONGLE: 4}}, owner="id-b", stack=OWNER)
+    outs = _outs(_make_provider(api).create(other))
+    assert f"managed by stack '{OWNER}' (stack id id-a)" in outs["failed"]["w-1"]
+    _make_provider(api).delete("id", outs)
+    assert _status(api, "w-1")[DONGLE] == "4"
+
+
+def test_advertised_resources_records_of_the_former_identity_are_its_own() -> None:
+    api = FakeNodeApi({"w-1": {}})
+    provider = _make_provider(api)
+    outs = _outs(provider.create(_props({"w-1": {DONGLE: 4}})))
+    with_id = _props({"w-1": {DONGLE: 6}}, owner="id-a", stack=OWNER)
+    outs = _outs(provider.update("id", outs, with_id))
+    assert outs["failed"] == {} and _status(api, "w-1")[DONGLE] == "6"
+    provider.delete("id", outs)
+    assert DONGLE not in _status(api, "w-1") and _ownership(api, "w-1") == {}

@@ -1,10 +1,11 @@
-"""The shared node machinery: retry loop, error messages, kubeconfig flattening."""
+"""The shared node machinery: retry loop, error messages, kubeconfig flattening, the stack's id."""
 
 from __future__ import annotations
 
 import base64
 from pathlib import Path
 
+import pulumi
 import pytest
 import yaml
 
@@ -12,11 +13,14 @@ from components.providers.node_api import (
     Conflict,
     NodeApiError,
     NodeNotFound,
+    StackIdentityProvider,
     _api_error,
     flatten_kubeconfig,
     json_pointer_escape,
+    stack_identity,
     update_node,
 )
+from tests.conftest import register
 from tests.fake_node_api import FakeNodeApi
 
 
@@ -98,3 +102,31 @@ def test_node_api_flatten_inlines_certificate_files(tmp_path: Path) -> None:
         "client-certificate-data": "Q0VSVA==",
         "client-key-data": base64.b64encode(b"KEY").decode(),
     }
+
+
+IDENTITY = "pulumi-python:dynamic/gpu-cluster:StackIdentity"
+
+
+def test_node_api_stack_identity_is_one_resource_per_run() -> None:
+    """The claim and both node layers call stack_identity(): one StackIdentity per run, and a
+    new run registers its own."""
+    ids: list[pulumi.Output[str]] = []
+    first = register(lambda: ids.extend([stack_identity(), stack_identity()]), stack="prod")
+    assert ids[0] is ids[1]
+    (identity,) = first.of_type(IDENTITY)
+    assert identity.name == "stack-identity"
+    assert identity.inputs["label"].endswith("/gpu-cluster/prod")  # organization/...
+    second = register(lambda: ids.append(stack_identity()), stack="prod")
+    assert len(second.of_type(IDENTITY)) == 1 and ids[2] is not ids[0]
+
+
+def test_node_api_stack_identity_is_minted_once_and_a_rename_keeps_it() -> None:
+    provider = StackIdentityProvider()
+    label = {"label": "organization/gpu-cluster/prod"}
+    created = provider.create(dict(label))
+    assert created.id != provider.create(dict(label)).id  # a new stack, a new id
+    renamed = {"label": "organization/gpu-cluster/production"}
+    diff = provider.diff(str(created.id), dict(created.outs or {}), renamed)
+    assert (diff.changes, diff.replaces) == (True, [])
+    assert provider.update(str(created.id), dict(created.outs or {}), renamed).outs == renamed
+    assert provider.diff(str(created.id), renamed, dict(renamed)).changes is False

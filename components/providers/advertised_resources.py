@@ -3,10 +3,12 @@
 Per node, one JSON patch of the status subresource (with a resourceVersion precondition,
 retried on conflict) sets `status.capacity[<resource>]` and `status.allocatable[<resource>]`
 (`/` in the name escaped as `~1`) and, in the same write, records on the node who advertises
-each resource and what was advertised before (an ownership annotation per resource; the node
-status endpoint keeps metadata, and the provider checks the records came back). Destroy puts back what was advertised before, or removes the keys;
-`pulumi refresh` notices a count the kubelet dropped on re-registration, and the next `up`
-puts it back. The set mechanics are components/providers/node_set.py's.
+each resource, the count and what was advertised before (an ownership annotation per
+resource; the node status endpoint keeps metadata, and the provider checks the records came
+back). Destroy puts back what was advertised before, or removes the keys, where the node still
+advertises the count the stack set; a count someone set since stays (and `up` refuses to
+overwrite it). `pulumi refresh` notices a count the kubelet dropped on re-registration, and the
+next `up` puts it back. The set mechanics are components/providers/node_set.py's.
 
 # Ref: https://kubernetes.io/docs/tasks/administer-cluster/extended-resource-node/
 """
@@ -27,13 +29,13 @@ from components.providers.node_api import (
     NodeNotFound,
     annotation_ops,
     json_pointer_escape,
-    owned_by_another,
     ownership,
     ownership_key,
     patch_status_guarded,
     stack_identity,
+    stack_label,
 )
-from components.providers.node_set import SET_MARK, NodeSetProvider, taken_over
+from components.providers.node_set import NodeSetProvider, Owner, refuse_set_since, written
 
 
 def capacity_ownership_key(resource: str) -> str:
@@ -63,6 +65,11 @@ def _status_ops(
     return ops
 
 
+def _count(count: int | None) -> str | None:
+    """A count as the node's status holds it."""
+    return None if count is None else str(count)
+
+
 class AdvertisedResourcesProvider(NodeSetProvider):
     """{node: {extended resource: count}} advertised in the nodes' status."""
 
@@ -86,27 +93,32 @@ class AdvertisedResourcesProvider(NodeSetProvider):
         live: dict[str, Any],
         spec: Any,
         record: Mapping[str, Any] | None,
+        owner: Owner,
         props: Mapping[str, Any],
     ) -> dict[str, Any]:
-        owner, node = props["owner"], str(live["metadata"]["name"])
-        dropped = sorted(set((record or {}).get("spec") or {}) - set(spec))
+        node = str(live["metadata"]["name"])
+        before: Mapping[str, int] = (record or {}).get("spec") or {}
+        dropped = sorted(set(before) - set(spec))
 
         def ops_for(live: Mapping[str, Any]) -> list[dict[str, Any]]:
-            # The record of who advertises each resource and what was advertised before (kept
-            # from an earlier run of ours) goes in the same write as the counts.
+            # The record of who advertises each resource, the count and what was advertised
+            # before (kept from an earlier run of ours) goes in the same write as the counts.
             status = live.get("status") or {}
             notes: dict[str, str | None] = {}
             for resource, found in self._records(live, sorted(spec)).items():
-                owned_by_another(found, owner, f"extended resource {resource}", node)
-                if taken_over(found):
-                    continue
-                previous = (found or {}).get("previous") or {
-                    f: (status.get(f) or {}).get(resource) for f in STATUS_FIELDS
-                }
-                note = {"owner": owner, "previous": previous, **SET_MARK}
-                notes[capacity_ownership_key(resource)] = json.dumps(note, sort_keys=True)
-            restore = self._ours(live, dropped, owner)
-            notes.update({capacity_ownership_key(r): None for r in restore})
+                what = f"extended resource {resource}"
+                owner.refuse_another(found, what, node)
+                count = (status.get("capacity") or {}).get(resource)
+                previous = {f: (status.get(f) or {}).get(resource) for f in STATUS_FIELDS}
+                if found is not None:
+                    wrote = written(found, _count(before.get(resource)))
+                    refuse_set_since(what, node, count, wrote, str(spec[resource]))
+                    previous = found.get("previous") or {}
+                note = owner.record(previous, str(spec[resource]))
+                if found != note:
+                    notes[capacity_ownership_key(resource)] = json.dumps(note, sort_keys=True)
+            restore, forget = self._release_plan(live, dropped, owner, before)
+            notes.update({capacity_ownership_key(r): None for r in forget})
             return annotation_ops(live, notes) + _status_ops(live, spec, restore)
 
         live = patch_status_guarded(api, node, ops_for, first=live)
@@ -119,30 +131,43 @@ class AdvertisedResourcesProvider(NodeSetProvider):
             )
         return {"previous": {r: (found or {}).get("previous") for r, found in records.items()}}
 
-    def _ours(
-        self, live: Mapping[str, Any], resources: list[str], owner: str
-    ) -> dict[str, Mapping[str, Any]]:
-        """{resource: what was advertised before} for those of `resources` this stack holds."""
-        return {
-            r: found.get("previous") or {}
-            for r, found in self._records(live, resources).items()
-            if found is not None and found.get("owner") == owner
-        }
+    def _release_plan(
+        self,
+        live: Mapping[str, Any],
+        resources: list[str],
+        owner: Owner,
+        spec: Mapping[str, int],
+    ) -> tuple[dict[str, Mapping[str, Any]], list[str]]:
+        """Of `resources`, those whose record this stack holds (to forget), and of them those
+        still advertised with the count the stack set: {resource: what was advertised before}
+        (to put back). A count someone set since, or one that is gone, stays as it is."""
+        capacity = (live.get("status") or {}).get("capacity") or {}
+        restore: dict[str, Mapping[str, Any]] = {}
+        forget: list[str] = []
+        for resource, found in self._records(live, resources).items():
+            if found is None or not owner.holds(found):
+                continue  # released already, or another stack's
+            forget.append(resource)
+            wrote = written(found, _count(spec.get(resource)))
+            if wrote is None or capacity.get(resource) == wrote:
+                restore[resource] = found.get("previous") or {}
+        return restore, forget
 
     def release(
         self,
         api: NodeApi,
         live: dict[str, Any],
         record: Mapping[str, Any],
+        owner: Owner,
         props: Mapping[str, Any],
     ) -> None:
-        resources = sorted(record.get("spec") or {})
+        spec: Mapping[str, int] = record.get("spec") or {}
 
         def ops_for(live: Mapping[str, Any]) -> list[dict[str, Any]]:
             # What was advertised before comes back, and the records go, in one write.
-            restore = self._ours(live, resources, props["owner"])
-            forget = {capacity_ownership_key(r): None for r in restore}
-            return annotation_ops(live, forget) + _status_ops(live, {}, restore)
+            restore, forget = self._release_plan(live, sorted(spec), owner, spec)
+            drop = {capacity_ownership_key(r): None for r in forget}
+            return annotation_ops(live, drop) + _status_ops(live, {}, restore)
 
         try:
             patch_status_guarded(api, live["metadata"]["name"], ops_for, first=live)
@@ -177,6 +202,7 @@ class AdvertisedResources(Resource, module="gpu-cluster", name="AdvertisedResour
             "nodes": nodes,
             # Recorded on each node, so another stack never undoes it.
             "owner": stack_identity(),
+            "stack": stack_label(),
             "applied": None,
             "failed": None,
         }

@@ -4,6 +4,9 @@ pulumi-kubernetes cannot express the two node edits this project needs: a JSON p
 node's *status* subresource (extended resources) and a per-entry edit of spec.taints that
 keeps the taints Kubernetes manages. Both providers go through `NodeApi`, implemented here
 with the official `kubernetes` client (kubeconfig contexts, exec/OIDC plugins, TLS, proxies).
+
+Also who the stack is on the cluster (`stack_identity`): an id minted once per stack and kept
+in its state, which the claim on the cluster and the ownership records on the nodes carry.
 """
 
 from __future__ import annotations
@@ -13,13 +16,23 @@ import functools
 import hashlib
 import json
 import random
+import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 import pulumi
 import yaml
+from pulumi.dynamic import (
+    CreateResult,
+    DiffResult,
+    ReadResult,
+    Resource,
+    ResourceProvider,
+    UpdateResult,
+)
 
 FIELD_MANAGER = "gpu-cluster"
 CONNECTIONS = 8
@@ -257,9 +270,63 @@ def connect(kubeconfig: str, context: str | None) -> NodeApi:
     return KubeNodeApi(kubeconfig, context)
 
 
-def stack_identity() -> str:
-    """organization/project/stack of the running program: who owns what it adds to a node."""
+def stack_label() -> str:
+    """organization/project/stack of the running program: how a record names its stack to a
+    reader. Not an identity: `pulumi stack rename` changes it, and two self-managed backends
+    may hold stacks of the same names."""
     return f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
+
+
+class StackIdentityProvider(ResourceProvider):
+    """Mints the stack's id when the resource is created; an update (a renamed stack's new
+    label) keeps it, and nothing replaces it."""
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        return CreateResult(id_=uuid.uuid4().hex, outs=dict(props))
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        return DiffResult(changes=olds.get("label") != news.get("label"), replaces=[])
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        return UpdateResult(outs=dict(news))
+
+    def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
+        return ReadResult(id_=id_, outs=props)
+
+
+class StackIdentity(Resource, module="gpu-cluster", name="StackIdentity"):
+    """The stack's id (this resource's id): minted on the stack's first `up`, kept in its state."""
+
+    label: pulumi.Output[str]
+    """organization/project/stack when last run (for a reader)."""
+
+    def __init__(
+        self, name: str, *, label: str, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(StackIdentityProvider(), name, {"label": label}, opts)
+
+
+IDENTITY_NAME = "stack-identity"
+_identity_lock = threading.Lock()
+_identity: tuple[Any, pulumi.Output[str]] | None = None
+"""The run (its resource monitor) and the id registered for it."""
+
+
+def stack_identity() -> pulumi.Output[str]:
+    """The running stack's id: who owns what the stack records on the cluster (its claim, the
+    ownership records on the nodes).
+
+    A random id minted on the stack's first `up` and kept in its state (the StackIdentity
+    resource, registered by the first call of each run), so `pulumi stack rename` keeps it,
+    and two self-managed backends holding stacks of the same project and stack names have two.
+    It is known once that resource exists: at the first `up`'s preview it is unknown.
+    """
+    global _identity
+    run = pulumi.runtime.settings.get_monitor()
+    with _identity_lock:
+        if _identity is None or _identity[0] is not run:
+            _identity = (run, StackIdentity(IDENTITY_NAME, label=stack_label()).id)
+        return _identity[1]
 
 
 def ownership_key(kind: str, name: str) -> str:

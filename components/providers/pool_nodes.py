@@ -3,9 +3,11 @@
 Per node, one merge patch (with a resourceVersion precondition, retried on conflict) edits
 only the pool's entry of spec.taints, so the taints Kubernetes manages stay (server-side
 apply would treat spec.taints as one atomic list), and sets the pool's labels. The same patch
-records on the node who added each item and what it replaced (an ownership annotation per
-taint and per label): destroy puts back exactly what was there, and a second stack is refused.
-The set mechanics (per-node diff, parallel patches, one error naming every failed node) are
+records on the node who added each item, the value it set and what it replaced (an ownership
+annotation per taint and per label): destroy puts back what was there where the node still has
+what the stack set, leaves a value someone set since (say the pool's taint key reused to
+quarantine a node), and a second stack is refused. The set mechanics (per-node diff, parallel
+patches, one error naming every failed node, who owns a record) are
 components/providers/node_set.py's.
 
 # Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/
@@ -24,15 +26,20 @@ from components.providers.node_api import (
     Mutate,
     NodeApi,
     NodeNotFound,
-    owned_by_another,
     ownership,
     ownership_key,
     stack_identity,
+    stack_label,
     update_node,
 )
-from components.providers.node_set import SET_MARK, NodeSetProvider, merge_patches, taken_over
+from components.providers.node_set import (
+    NodeSetProvider,
+    Owner,
+    merge_patches,
+    refuse_set_since,
+    written,
+)
 from components.providers.node_taint import (
-    claim_taint,
     equal_taint,
     find_taint,
     set_taint,
@@ -45,54 +52,106 @@ def label_ownership_key(name: str) -> str:
     return ownership_key("label", name)
 
 
-def claim_label(owner: str, name: str, value: str) -> Mutate:
-    """Set the label and record, on the node, that `owner` set it and the value it replaced."""
+def _node_name(node: Mapping[str, Any]) -> str:
+    return str((node.get("metadata") or {}).get("name"))
+
+
+def _note(record: Mapping[str, Any] | None, owner: Owner, previous: Any, value: Any) -> str | None:
+    """The record to write, or None when the node has it already."""
+    note = owner.record(previous, value)
+    return None if record == note else json.dumps(note, sort_keys=True)
+
+
+def claim_label(owner: Owner, name: str, value: str, wrote: str | None = None) -> Mutate:
+    """Set the label and record, on the node, that `owner` set it and the value it replaced.
+
+    `wrote` is what the stack's state says it set before (for records that do not say). A value
+    someone set since is refused, never overwritten; a label that is gone is put back.
+    """
 
     def mutate(node: Mapping[str, Any]) -> dict[str, Any] | None:
         meta = node.get("metadata") or {}
         key = label_ownership_key(name)
         record = ownership(node, key)
-        owned_by_another(record, owner, f"label {name}", str(meta.get("name")))
+        owner.refuse_another(record, f"label {name}", _node_name(node))
+        live = (meta.get("labels") or {}).get(name)
+        previous = live
+        if record is not None:
+            before = written(record, wrote)
+            refuse_set_since(f"label {name}", _node_name(node), live, before, value)
+            previous = record.get("previous")
         patch: dict[str, Any] = {}
-        if (meta.get("labels") or {}).get(name) != value:
+        if live != value:
             patch["labels"] = {name: value}
-        if not taken_over(record):
-            previous = record.get("previous") if record else (meta.get("labels") or {}).get(name)
-            note = json.dumps({"owner": owner, "previous": previous, **SET_MARK}, sort_keys=True)
+        note = _note(record, owner, previous, value)
+        if note is not None:
             patch["annotations"] = {key: note}
         return {"metadata": patch} if patch else None
 
     return mutate
 
 
-def release_label(owner: str, name: str) -> Mutate:
-    """Put back the value the label had before `owner` set it, and drop the record."""
+def release_label(owner: Owner, name: str, wrote: str | None = None) -> Mutate:
+    """Drop the record and, if the label still has the value the stack set, put back the value
+    it replaced; a value someone set since stays."""
 
     def mutate(node: Mapping[str, Any]) -> dict[str, Any] | None:
         key = label_ownership_key(name)
         record = ownership(node, key)
-        if record is None or record.get("owner") != owner:
+        if record is None or not owner.holds(record):
             return None  # released already, or another stack's now
         previous = record.get("previous")
+        live = ((node.get("metadata") or {}).get("labels") or {}).get(name)
+        before = written(record, wrote)
         patch: dict[str, Any] = {"annotations": {key: None}}
-        if ((node.get("metadata") or {}).get("labels") or {}).get(name) != previous:
+        if (before is None or live == before) and live != previous:
             patch["labels"] = {name: previous}
         return {"metadata": patch}
 
     return mutate
 
 
-def release_pool_taint(owner: str, key: str, effect: str) -> Mutate:
-    """Put back the taint entry the pool's replaced, and drop the record."""
+def claim_pool_taint(
+    owner: Owner, key: str, effect: str, wanted: Mapping[str, Any], wrote: Any = None
+) -> Mutate:
+    """Make the pool's (key, effect) entry `wanted`, keeping every other taint, and record that
+    `owner` added it and which entry it replaced. As for labels: a value someone set since is
+    refused, an entry that is gone is put back."""
 
     def mutate(node: Mapping[str, Any]) -> dict[str, Any] | None:
-        record = ownership(node, taint_ownership_key(key, effect))
-        if record is None or record.get("owner") != owner:
+        annotation = taint_ownership_key(key, effect)
+        record = ownership(node, annotation)
+        owner.refuse_another(record, f"taint {key}:{effect}", _node_name(node))
+        live = find_taint(node, key, effect)
+        previous = live
+        if record is not None:
+            before = written(record, wrote)
+            what = f"taint {key}:{effect}"
+            refuse_set_since(what, _node_name(node), live, before, wanted, equal_taint)
+            previous = record.get("previous")
+        patch = set_taint(key, effect, wanted)(node) or {}
+        note = _note(record, owner, previous, dict(wanted))
+        if note is not None:
+            patch["metadata"] = {"annotations": {annotation: note}}
+        return patch or None
+
+    return mutate
+
+
+def release_pool_taint(owner: Owner, key: str, effect: str, wrote: Any = None) -> Mutate:
+    """Drop the record and, if the entry is still the one the stack set, put back the entry it
+    replaced; an entry someone changed since (another value, or the entry gone) stays."""
+
+    def mutate(node: Mapping[str, Any]) -> dict[str, Any] | None:
+        annotation = taint_ownership_key(key, effect)
+        record = ownership(node, annotation)
+        if record is None or not owner.holds(record):
             return None  # released already, or another stack's now
-        patch = set_taint(key, effect, record.get("previous"))(node)
-        return merge_patches(
-            patch, {"metadata": {"annotations": {taint_ownership_key(key, effect): None}}}
-        )
+        live = find_taint(node, key, effect)
+        before = written(record, wrote)
+        ours = before is None or (live is not None and equal_taint(live, before))
+        patch = set_taint(key, effect, record.get("previous"))(node) if ours else None
+        return merge_patches(patch, {"metadata": {"annotations": {annotation: None}}})
 
     return mutate
 
@@ -125,15 +184,22 @@ class GpuPoolNodesProvider(NodeSetProvider):
         live: dict[str, Any],
         spec: Any,
         record: Mapping[str, Any] | None,
+        owner: Owner,
         props: Mapping[str, Any],
     ) -> dict[str, Any]:
-        owner, key, effect = props["owner"], props["key"], props["effect"]
+        key, effect = props["key"], props["effect"]
         wanted = taint_entry(key, spec["value"], effect)
-        dropped = set(((record or {}).get("spec") or {}).get("labels") or {}) - set(spec["labels"])
+        before = (record or {}).get("spec") or {}
+        wrote = taint_entry(key, before["value"], effect) if "value" in before else None
+        old_labels: Mapping[str, str] = before.get("labels") or {}
+        dropped = sorted(set(old_labels) - set(spec["labels"]))
         mutate = _combined(
-            [claim_taint(owner, key, effect, wanted, SET_MARK)]
-            + [claim_label(owner, name, value) for name, value in spec["labels"].items()]
-            + [release_label(owner, name) for name in sorted(dropped)]
+            [claim_pool_taint(owner, key, effect, wanted, wrote)]
+            + [
+                claim_label(owner, name, value, old_labels.get(name))
+                for name, value in spec["labels"].items()
+            ]
+            + [release_label(owner, name, old_labels[name]) for name in dropped]
         )
         live = update_node(api, live["metadata"]["name"], mutate, first=live)
         taint = ownership(live, taint_ownership_key(key, effect)) or {}
@@ -144,13 +210,16 @@ class GpuPoolNodesProvider(NodeSetProvider):
         api: NodeApi,
         live: dict[str, Any],
         record: Mapping[str, Any],
+        owner: Owner,
         props: Mapping[str, Any],
     ) -> None:
-        owner, key, effect = props["owner"], props["key"], props["effect"]
-        labels = (record.get("spec") or {}).get("labels") or {}
+        key, effect = props["key"], props["effect"]
+        spec = record.get("spec") or {}
+        wrote = taint_entry(key, spec["value"], effect) if "value" in spec else None
+        labels: Mapping[str, str] = spec.get("labels") or {}
         mutate = _combined(
-            [release_pool_taint(owner, key, effect)]
-            + [release_label(owner, name) for name in sorted(labels)]
+            [release_pool_taint(owner, key, effect, wrote)]
+            + [release_label(owner, name, labels[name]) for name in sorted(labels)]
         )
         try:
             update_node(api, live["metadata"]["name"], mutate, first=live)
@@ -197,6 +266,7 @@ class GpuPoolNodes(Resource, module="gpu-cluster", name="GpuPoolNodes"):
             "labels": labels,
             # Recorded on each node with what it added, so another stack never undoes it.
             "owner": stack_identity(),
+            "stack": stack_label(),
             "applied": None,
             "failed": None,
         }

@@ -353,3 +353,37 @@ def test_node_sets_apply_refresh_and_undo_a_fleet(
         assert live["metadata"].get("labels") == earlier["metadata"].get("labels")
         assert DONGLE not in (live.get("status") or {}).get("capacity", {})
         assert not live["metadata"].get("annotations")
+
+
+def test_pool_leaves_a_quarantine_set_since_on_up_and_destroy(
+    kubeconfig: str, core: client.CoreV1Api, fleet: list[str]
+) -> None:
+    """An admin reuses the pool's taint key to quarantine a node (`kubectl taint --overwrite`,
+    another value): `up` after a refresh refuses to overwrite it, naming the node, and
+    `destroy` leaves it and drops the stack's records."""
+    before = _live(core, fleet[1])
+    pool = _configure(GpuPoolNodesProvider(), kubeconfig)
+    taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    props = {
+        "nodes": fleet[1:3],
+        "labels": {"gpu-cluster.io/pool": "gpu"},
+        "owner": "3f5c0d1e9a7b4c21",
+        "stack": "org/gpu-cluster/a",
+        **taint,
+    }
+    outs = dict(pool.create(props).outs or {})
+    quarantine = {**taint, "value": "quarantine"}
+    core.patch_node(fleet[2], {"spec": {"taints": [quarantine]}})
+
+    refreshed = dict(pool.read("id", outs).outs or {})
+    outs = dict(pool.update("id", refreshed, props).outs or {})
+    assert list(outs["failed"]) == [fleet[2]]
+    assert "changed since this stack set it" in outs["failed"][fleet[2]]
+    pool.delete("id", outs)
+
+    quarantined, released = _live(core, fleet[2]), _live(core, fleet[1])
+    assert quarantined["spec"]["taints"] == [quarantine]
+    assert not quarantined["metadata"].get("annotations")
+    assert released["spec"].get("taints") == before["spec"].get("taints")
+    assert released["metadata"].get("labels") == before["metadata"].get("labels")
+    assert not released["metadata"].get("annotations")

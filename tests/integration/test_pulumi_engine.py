@@ -29,7 +29,6 @@ from tools.harness.pulumi_engine import (
     PULUMI_ENGINE_TOOLS,
     inline_stack,
     node_layers_program,
-    node_layers_resource_count,
     stack_file_config,
     use_cluster,
 )
@@ -40,7 +39,9 @@ CONFIG = stack_file_config("local", {"grafanaAdminPassword": "local-only-passwor
 GPU_NODES = CONFIG.gpu_pool.nodes
 DONGLE_NODE, DONGLES = next(iter(CONFIG.extended_resources.items()))
 DONGLE = "example.com/dongle"
-COUNT = node_layers_resource_count(CONFIG)
+# The stack, its identity (node_api.StackIdentity), the two components, one node set each.
+COUNT = 1 + 1 + 2 + 2
+IDENTITY = "pulumi-python:dynamic/gpu-cluster:StackIdentity"
 CORDON = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 
 
@@ -110,7 +111,8 @@ def test_engine_keeps_credentials_out_of_the_state(deployed: Deployment) -> None
     state = json.loads(text)["checkpoint"]["latest"]
     dynamic = [r for r in state["resources"] if r["type"].startswith("pulumi-python:dynamic/")]
 
-    assert len(dynamic) == 2  # one node set per layer, however many nodes
+    # One node set per layer, however many nodes, and the stack's identity.
+    assert sorted(r["type"] == IDENTITY for r in dynamic) == [False, False, True]
     for resource in dynamic:
         for side in ("inputs", "outputs"):
             assert "kubeconfig" not in resource[side], (side, resource["urn"])

@@ -149,8 +149,9 @@ def node_layers_program(config: StackConfig) -> auto.PulumiFn:
 
 
 def node_layers_resource_count(config: StackConfig) -> int:
-    """Resources node_layers_program registers: the stack, two components, one node set each."""
-    return 1 + 2 + 2
+    """Resources node_layers_program registers: the stack, the stack's id, two components,
+    one node set each."""
+    return 1 + 1 + 2 + 2
 
 
 # ------------------------------------------------------------------------- the whole program
