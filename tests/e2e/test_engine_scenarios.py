@@ -7,6 +7,7 @@ ones start clusters of their own.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -233,6 +234,24 @@ def _cli_pid() -> int | None:
     return None
 
 
+def _descendants(pid: int) -> list[int]:
+    """The processes `pid` started, and theirs (its plugins and their children)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rpartition(")")[2].split()[1])
+    found: list[int] = []
+    frontier = {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found += sorted(frontier)
+    return found
+
+
 def _interrupt_mid_run(applied: AppliedStack, signum: int, after: int = 12) -> None:
     """Start `pulumi up`, send `signum` to the CLI once `after` resources have started; the
     run fails."""
@@ -253,7 +272,13 @@ def _interrupt_mid_run(applied: AppliedStack, signum: int, after: int = 12) -> N
         time.sleep(0.05)
     pid = _cli_pid()
     assert pid is not None, "no pulumi CLI process found"
+    # A killed CLI takes its plugins with it, as when a CI runner goes away (else they would be
+    # left running here, orphaned); Ctrl-C is the CLI's own to handle.
+    plugins = _descendants(pid) if signum == signal.SIGKILL else []
     os.kill(pid, signum)
+    for child in plugins:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
     thread.join(timeout=300)
     assert not thread.is_alive()
     assert failure and isinstance(failure[0], StackError), failure
