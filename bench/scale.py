@@ -56,6 +56,7 @@ from components import (  # noqa: E402
 from components.tainted_gpu_pool import Taint  # noqa: E402
 from tools.harness import LocalControlPlane  # noqa: E402
 from tools.harness.fake_nodes import create_nodes, gpu_node  # noqa: E402
+from tools.harness.processes import descendants, process_table, rss_mib  # noqa: E402
 from tools.harness.pulumi_engine import inline_stack, use_cluster  # noqa: E402
 
 SIZES = (100, 500, 1213, 2000)  # 1,213: the openb trace's node list
@@ -120,43 +121,14 @@ class PeakSampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    @staticmethod
-    def _processes() -> dict[int, tuple[int, str]]:
-        found = {}
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            name = stat[stat.index("(") + 1 : stat.rindex(")")]
-            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-            found[int(entry.name)] = (ppid, name)
-        return found
-
-    @staticmethod
-    def _rss_mib(pid: int) -> float:
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-        except OSError:
-            pass
-        return 0.0
-
     def _sample(self) -> None:
         me = os.getpid()
-        processes = self._processes()
-        ours = {me}
-        for _ in range(8):  # descendants, a few generations deep
-            ours |= {pid for pid, (ppid, _) in processes.items() if ppid in ours}
-        for pid in ours:
-            name = "bench (program)" if pid == me else processes.get(pid, (0, "?"))[1]
+        table = process_table()
+        for pid in [me, *descendants(me, table)]:
+            name = "bench (program)" if pid == me else table[pid].name
             if name in CLUSTER_PROCESSES:
                 continue
-            key = f"{name}"
-            self.peaks[key] = max(self.peaks.get(key, 0.0), self._rss_mib(pid))
+            self.peaks[name] = max(self.peaks.get(name, 0.0), rss_mib(pid))
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

@@ -162,14 +162,14 @@ def _is_secret(value: Any) -> bool:
 
 
 def stack_config(stack: str) -> dict[str, str]:
-    """Pulumi.yaml defaults overridden by Pulumi.<stack>.yaml, as Pulumi's raw config map."""
-    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
-    values: dict[str, Any] = {
-        f"gpu-cluster:{k}": spec.get("default") for k, spec in project["config"].items()
+    """Pulumi.yaml defaults overridden by Pulumi.<stack>.yaml, as Pulumi's raw config map
+    (objects as JSON text)."""
+    from tools.harness.pulumi_engine import PROJECT, project_config
+
+    return {
+        f"{PROJECT}:{k}": v if isinstance(v, str) else json.dumps(v)
+        for k, v in project_config(stack).items()
     }
-    stack_file = ROOT / f"Pulumi.{stack}.yaml"
-    values.update((yaml.safe_load(stack_file.read_text()) or {}).get("config") or {})
-    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
 
 
 def component_access(context: str | None = None) -> Any:

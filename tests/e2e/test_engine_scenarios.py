@@ -13,7 +13,6 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +27,7 @@ from tools.harness.charts import (
     chart_overrides,
     release_values,
 )
+from tools.harness.processes import descendants, process_table
 from tools.harness.pulumi_engine import project_config as stack_config
 from tools.harness.stack import AppliedStack, StackError
 
@@ -219,37 +219,11 @@ def test_destroy_then_up_from_empty_state_on_the_same_cluster(applied: AppliedSt
 
 def _cli_pid() -> int | None:
     """The `pulumi up` process this test process started, if it runs."""
-    me = str(os.getpid())
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        ppid = stat.rpartition(")")[2].split()[1]
-        if ppid == me and argv[0].endswith(b"pulumi") and b"up" in argv:
-            return int(entry.name)
+    for process in process_table().values():
+        argv = process.argv
+        if process.ppid == os.getpid() and argv and argv[0].endswith("pulumi") and "up" in argv:
+            return process.pid
     return None
-
-
-def _descendants(pid: int) -> list[int]:
-    """The processes `pid` started, and theirs (its plugins and their children)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rpartition(")")[2].split()[1])
-    found: list[int] = []
-    frontier = {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier}
-        found += sorted(frontier)
-    return found
 
 
 def _interrupt_mid_run(applied: AppliedStack, signum: int, after: int = 12) -> None:
@@ -274,7 +248,7 @@ def _interrupt_mid_run(applied: AppliedStack, signum: int, after: int = 12) -> N
     assert pid is not None, "no pulumi CLI process found"
     # A killed CLI takes its plugins with it, as when a CI runner goes away (else they would be
     # left running here, orphaned); Ctrl-C is the CLI's own to handle.
-    plugins = _descendants(pid) if signum == signal.SIGKILL else []
+    plugins = descendants(pid) if signum == signal.SIGKILL else []
     os.kill(pid, signum)
     for child in plugins:
         with contextlib.suppress(ProcessLookupError):

@@ -12,112 +12,12 @@ its plugin cannot be built here (tools/README.md).
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from tests.fake_kubeadm_host import FakeHost
+from tests.integration.conftest import Sshd
 from tests.test_control_plane_features import registered_commands
-from tools.harness import free_port
-
-SSHD = Path("/usr/sbin/sshd")
-
-
-class Sshd:
-    """sshd on 127.0.0.1 with its own host key, accepting one client key for root."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        root.mkdir()
-        self.port = free_port()
-        self.host_key = root / "ssh_host_ed25519_key"
-        self.client_key = root / "client_key"
-        for key in (self.host_key, self.client_key):
-            subprocess.run(
-                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True
-            )
-        (root / "authorized_keys").write_text(Path(f"{self.client_key}.pub").read_text())
-        config = root / "sshd_config"
-        config.write_text(
-            f"ListenAddress 127.0.0.1\nPort {self.port}\nHostKey {self.host_key}\n"
-            f"AuthorizedKeysFile {root / 'authorized_keys'}\nPidFile {root / 'sshd.pid'}\n"
-            "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
-            "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
-        )
-        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation directory
-        self.log = (root / "sshd.log").open("w")
-        self.process = subprocess.Popen(
-            [str(SSHD), "-D", "-e", "-f", str(config)], stdout=self.log, stderr=self.log
-        )
-        self._wait()
-
-    def _wait(self) -> None:
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            probe = subprocess.run(
-                ["ssh-keyscan", "-p", str(self.port), "127.0.0.1"], capture_output=True, text=True
-            )
-            if "ssh-ed25519" in probe.stdout:
-                return
-            time.sleep(0.2)
-        raise RuntimeError(f"sshd did not start: {(self.root / 'sshd.log').read_text()}")
-
-    def public_host_key(self) -> str:
-        return " ".join(Path(f"{self.host_key}.pub").read_text().split()[:2])
-
-    def run(
-        self, command: str, pinned: str, env: dict[str, str]
-    ) -> subprocess.CompletedProcess[str]:
-        """`command` as the remote shell's command, connecting only to the `pinned` key."""
-        known_hosts = self.root / "known_hosts"
-        known_hosts.write_text(f"[127.0.0.1]:{self.port} {pinned}\n")
-        exports = " ".join(f"export {k}={v};" for k, v in env.items())
-        argv = [
-            "ssh",
-            "-p",
-            str(self.port),
-            "-i",
-            str(self.client_key),
-            "-o",
-            "StrictHostKeyChecking=yes",
-            "-o",
-            f"UserKnownHostsFile={known_hosts}",
-            "-o",
-            "GlobalKnownHostsFile=/dev/null",
-            "-o",
-            "IdentitiesOnly=yes",
-            "-o",
-            "BatchMode=yes",
-            "root@127.0.0.1",
-            f"{exports} {command}",
-        ]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=120)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=10)
-        self.log.close()
-
-
-@pytest.fixture
-def sshd(tmp_path: Path) -> Iterator[Sshd]:
-    if os.geteuid() != 0:
-        pytest.skip("sshd must run as root to log a user in")
-    if not SSHD.exists() or not shutil.which("ssh"):
-        reason = "openssh-server and openssh-client are needed (apt-get install openssh-server)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
-    server = Sshd(tmp_path / "sshd")
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_control_plane_ssh_live_chain_runs_over_ssh_with_the_pinned_host_key(

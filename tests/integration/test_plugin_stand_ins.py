@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +26,7 @@ from cryptography.hazmat.primitives import serialization
 from pulumi import automation as auto
 from pulumi.runtime import rpc
 
-from tests.integration.conftest import require_tools
-from tests.integration.test_control_plane_ssh_live import SSHD, Sshd
+from tests.integration.conftest import Sshd, require_tools
 from tools.harness import tools_bin
 from tools.harness.pulumi_engine import REPO_ROOT, inline_stack
 from tools.plugins.command import RECORD_ENV
@@ -258,21 +256,11 @@ def test_command_stand_in_keeps_the_connection_secret(tmp_path: Path) -> None:
         stack.destroy()
 
 
-@pytest.fixture
-def sshd(tmp_path: Path) -> Iterator[Sshd]:
+@pytest.fixture(name="pulumi_sshd")
+def pulumi_sshd_fixture(sshd: Sshd) -> Sshd:
+    """The test sshd (tests/integration/conftest.py), for programs the real engine runs."""
     require_tools("pulumi")
-    if os.geteuid() != 0:
-        pytest.skip("sshd must run as root to log a user in")
-    if not SSHD.exists() or not shutil.which("ssh"):
-        reason = "openssh-server and openssh-client are needed (apt-get install openssh-server)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
-    server = Sshd(tmp_path / "sshd")
-    try:
-        yield server
-    finally:
-        server.stop()
+    return sshd
 
 
 def _ssh_program(sshd: Sshd, create: str, delete: str | None = None) -> auto.PulumiFn:
@@ -294,7 +282,10 @@ def _ssh_program(sshd: Sshd, create: str, delete: str | None = None) -> auto.Pul
     return program
 
 
-def test_command_stand_in_runs_create_and_delete_over_ssh(tmp_path: Path, sshd: Sshd) -> None:
+def test_command_stand_in_runs_create_and_delete_over_ssh(
+    tmp_path: Path, pulumi_sshd: Sshd
+) -> None:
+    sshd = pulumi_sshd
     marker = tmp_path / "marker"
     program = _ssh_program(sshd, f"echo created > {marker} && echo done", f"rm {marker}")
     stack = _stack("ssh", program, tmp_path / "state")
@@ -307,8 +298,9 @@ def test_command_stand_in_runs_create_and_delete_over_ssh(tmp_path: Path, sshd: 
 
 
 def test_command_stand_in_failing_command_fails_up_without_the_key(
-    tmp_path: Path, sshd: Sshd
+    tmp_path: Path, pulumi_sshd: Sshd
 ) -> None:
+    sshd = pulumi_sshd
     stack = _stack(
         "ssh-fails", _ssh_program(sshd, "echo no kubeadm here >&2; exit 3"), tmp_path / "state"
     )

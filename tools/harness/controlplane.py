@@ -536,11 +536,18 @@ class LocalControlPlane(Lifecycle):
 
     def _start_apiserver(self, apiserver_bin: Path) -> None:
         self.secure_port = free_port()
+        self._write_kubeconfig()
+        self._launch_apiserver(apiserver_bin)
+
+    def _launch_apiserver(self, apiserver_bin: Path) -> None:
+        """kube-apiserver on `secure_port`; returns once `/readyz` answers 200."""
         self._apiserver = ManagedProcess(
             "kube-apiserver", self.apiserver_argv(apiserver_bin), self.apiserver_log_path
         )
-        self._write_kubeconfig()
         self._apiserver.start()
+        self._wait_apiserver_ready()
+
+    def _wait_apiserver_ready(self) -> None:
         context = self.ssl_context()
         self._wait(
             "kube-apiserver",
@@ -554,18 +561,7 @@ class LocalControlPlane(Lifecycle):
         assert self._apiserver is not None, "not started"
         self._apiserver.stop()
         time.sleep(down_seconds)
-        self._apiserver = ManagedProcess(
-            "kube-apiserver",
-            self.apiserver_argv(require_tool("kube-apiserver")),
-            self.apiserver_log_path,
-        )
-        self._apiserver.start()
-        context = self.ssl_context()
-        self._wait(
-            "kube-apiserver",
-            lambda: self._http_ok(f"{self.server}/readyz", context),
-            [self._etcd, self._apiserver],
-        )
+        self._launch_apiserver(require_tool("kube-apiserver"))
 
     def restart_etcd(self, down_seconds: float = 0.0) -> None:
         """Stop etcd, wait `down_seconds`, start it again on its ports and data; returns once
@@ -576,12 +572,7 @@ class LocalControlPlane(Lifecycle):
         time.sleep(down_seconds)
         self._etcd = ManagedProcess("etcd", argv, self.etcd_log_path)
         self._etcd.start()
-        context = self.ssl_context()
-        self._wait(
-            "kube-apiserver",
-            lambda: self._http_ok(f"{self.server}/readyz", context),
-            [self._etcd, self._apiserver],
-        )
+        self._wait_apiserver_ready()
 
     def _write_kubeconfig(self) -> None:
         self.kubeconfig_path.write_text(self.kubeconfig_yaml())

@@ -115,9 +115,7 @@ def stack_file_config(stack: str, overrides: Mapping[str, Any] | None = None) ->
 
     `overrides` stand for what `pulumi config set` adds (e.g. a stack's secrets).
     """
-    document = yaml.safe_load((REPO_ROOT / f"Pulumi.{stack}.yaml").read_text()) or {}
-    values = {k.partition(":")[2]: v for k, v in (document.get("config") or {}).items()}
-    return parse_stack_config({**values, **(overrides or {})})
+    return parse_stack_config(project_config(stack, overrides))
 
 
 def node_layers_program(config: StackConfig) -> auto.PulumiFn:
