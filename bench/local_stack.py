@@ -74,6 +74,7 @@ from kubernetes import dynamic  # noqa: E402
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError  # noqa: E402
 from pulumi import automation as auto  # noqa: E402
 
+from components.cluster_access import HELM_RELEASE  # noqa: E402
 from tools.harness.charts import VALUES_KEY  # noqa: E402
 from tools.harness.cluster import LocalCluster  # noqa: E402
 from tools.harness.fake_nodes import FakeNode  # noqa: E402
@@ -81,7 +82,6 @@ from tools.harness.pulumi_engine import PROJECT, inline_stack  # noqa: E402
 from tools.harness.stack import ADMISSION_PLUGINS, AppliedStack  # noqa: E402
 
 PROVIDER_PLUGIN = "pulumi-resource-kubernetes"
-HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 SECRET_SIGNATURE = "4dabf18193072939515e22adb298388d"
 """The key that marks a secret in an exported state; `plaintext` holds its value as JSON."""
 FIELD_MANAGER = "bench-floor"

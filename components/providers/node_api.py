@@ -329,10 +329,14 @@ def stack_identity() -> pulumi.Output[str]:
         return _identity[1]
 
 
+OWNERSHIP_PREFIX = "ownership.gpu-cluster.io/"
+"""Prefix of the node annotations that record what the stack added and what it replaced."""
+
+
 def ownership_key(kind: str, name: str) -> str:
     """The node annotation recording who added `name` (a taint, a capacity) and what it replaced."""
     digest = hashlib.sha256(name.encode()).hexdigest()[:16]
-    return f"ownership.gpu-cluster.io/{kind}-{digest}"
+    return f"{OWNERSHIP_PREFIX}{kind}-{digest}"
 
 
 def ownership(node: Mapping[str, Any], annotation: str) -> dict[str, Any] | None:

@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from components.providers.node_api import OWNERSHIP_PREFIX
 from tools.harness.pulumi_engine import project_config as stack_config
 from tools.harness.stack import AppliedStack, StackError
 
 from .conftest import require_e2e_tools
 
 STACK = "local"
-OWNERSHIP_PREFIX = "ownership.gpu-cluster.io/"
 
 
 def _up_with_fault(applied: AppliedStack, fault: Callable[[], None], after: int = 12) -> str:

@@ -29,8 +29,6 @@ from tools.harness.stack import AppliedStack, StackError
 
 from .conftest import apply_stack, require_e2e_tools
 
-HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
-
 # The engine that routes GPU pods (components/opa_gate.py), and what both native engines and
 # the webhook are named by.
 ROUTING_ENGINE = "mutating-admission-policy"

@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client
 from pulumi import automation as auto
 
+from components.providers.node_api import OWNERSHIP_PREFIX
 from tests.integration.conftest import require_tools
 from tools.harness import CONTROL_PLANE_TOOLS, LocalControlPlane
 from tools.harness.fake_nodes import create_nodes, inventory_nodes, snapshot
@@ -37,7 +38,6 @@ CONFIG = stack_file_config(
     },
 )
 TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
-OWNERSHIP_PREFIX = "ownership.gpu-cluster.io/"
 
 
 @pytest.fixture(name="cluster")
