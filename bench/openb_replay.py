@@ -32,6 +32,7 @@ import argparse
 import csv
 import http.client
 import json
+import random
 import re
 import sys
 import threading
@@ -46,18 +47,25 @@ from urllib.parse import urlparse
 
 import yaml
 
+from bench import fleet
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from components.binpack_scheduler import FRAGMENTATION, render_config  # noqa: E402
+from components.gpu_resources import WHOLE_GPU  # noqa: E402
 from components.tainted_gpu_pool import Taint  # noqa: E402
 from stack_config import SchedulerConfig  # noqa: E402
 
-GPU = "nvidia.com/gpu"
+GPU = WHOLE_GPU
 NODE_PODS = 110
 NAMESPACE = "openb"
-PROFILES = ("default", "binpack", "fragmentation")
+FLEETS = ("bare", "realistic")
+PROFILES = ("default", "mostallocated", "binpack", "fragmentation")
+# The Kubernetes documentation's bin-packing example ("Resource Bin Packing"): MostAllocated,
+# cpu and memory weight 1, the extended resource 3.
+MOST_ALLOCATED_WEIGHTS = {"cpu": 1, "memory": 1, GPU: 3}
 GPU_COUNTS = (1, 2, 4, 8)
 DEFAULT_NODES_FILE = "openb_node_list_gpu_node.csv"
 DEFAULT_PODS_FILE = "openb_pod_list_default.csv"
@@ -65,6 +73,7 @@ DEFAULT_CSV = REPO_ROOT / "bench" / "results" / "openb.csv"
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "creation_time")
 POOL_TAINT = Taint()
+TRACE_IMAGE = "registry.invalid/trace:1"
 CLIENT_QPS = 5000
 # kube-scheduler v1.37 fills its informers with a streaming watch (the WatchListClient
 # feature), whose initial events did not come in name order here (288 of 300 first attempts
@@ -80,6 +89,9 @@ STACK_SETTINGS: dict[str, Callable[[], SchedulerConfig]] = {
     "fragmentation": lambda: SchedulerConfig(scoring=FRAGMENTATION, image=BENCH_IMAGE),
 }
 ATTEMPT = re.compile(r'"Attempting to schedule pod" pod="' + NAMESPACE + r"/p(\d+)-")
+
+
+CURVE_COLUMNS = ("arrived", "allocated", "arrived_shared", "allocated_shared")
 
 
 class TraceError(ValueError):
@@ -106,6 +118,13 @@ class TracePod:
     """Whole GPUs requested (shared GPUs rounded up to one)."""
     creation_time: int
     deletion_time: int | None = None
+    gpu_milli: int = 1000
+    """Thousandths of each GPU the pod uses (below 1000: it shares one)."""
+
+    @property
+    def gpu_share(self) -> float:
+        """GPUs the pod uses, a shared GPU counted as its fraction."""
+        return self.gpus * min(self.gpu_milli, 1000) / 1000 if self.gpus else 0.0
 
 
 def gpu_request(num_gpu: int, gpu_milli: int) -> int:
@@ -174,6 +193,7 @@ def read_pods(path: Path) -> list[TracePod]:
                 gpus=gpu_request(_int(path, line, row, "num_gpu"), gpu_milli),
                 creation_time=_int(path, line, row, "creation_time"),
                 deletion_time=_int(path, line, row, "deletion_time") if deletion else None,
+                gpu_milli=gpu_milli,
             )
         )
     return sorted(pods, key=lambda p: p.creation_time)  # stable: ties keep file order
@@ -190,7 +210,8 @@ class Metrics:
     pods: int
     bound: int
     first_frag_index: int | None
-    """Trace position of the first GPU pod rejected although the free GPUs in total fit it."""
+    """Trace position of the first GPU pod rejected although the free GPUs in total fit it
+    and it fits an empty node of the cluster."""
     first_frag_gpus: int | None
     alloc_at_first_frag: float | None
     """Allocated / total GPUs just before that pod."""
@@ -210,6 +231,35 @@ class Metrics:
     """Repetition number (--repeat): ties between equal nodes are broken at random."""
     percentage_of_nodes_to_score: int | None = 100
     """The profile's percentageOfNodesToScore (None: the scheduler's adaptive default)."""
+    fits_no_node: int = 0
+    """Pods that fit no empty node of the cluster (never counted as fragmentation)."""
+    alloc_shared_at_first_frag: float | None = None
+    """Allocation just before the first fragmentation rejection, a shared GPU counted as its
+    fraction."""
+    final_alloc_shared: float = 0.0
+    """Final allocation, a shared GPU counted as its fraction."""
+    fleet: str = "bare"
+    """The cluster: "bare" (the trace's nodes as they are) or "realistic" (bench/fleet.py)."""
+    order: int = 0
+    """Arrival order: 0 the trace's, n > 0 shuffled with seed n."""
+    curve: tuple[tuple[float, float, float, float], ...] = ()
+    """After each pod: (arrived GPU demand / total, allocated / total), whole GPUs, then the
+    same with shared GPUs as fractions."""
+
+
+def fits(pod: TracePod, node: TraceNode) -> bool:
+    """Whether `pod` fits `node` when nothing of the trace runs there."""
+    return (
+        pod.gpus <= node.gpus
+        and pod.cpu_milli <= node.cpu_milli
+        and pod.memory_mib <= node.memory_mib
+    )
+
+
+def fitting(pods: Sequence[TracePod], nodes: Sequence[TraceNode]) -> list[bool]:
+    """For each pod, whether some empty node fits it (`nodes` as the scheduler sees them)."""
+    shapes = {(n.gpus, n.cpu_milli, n.memory_mib): n for n in nodes}.values()
+    return [any(fits(pod, node) for node in shapes) for pod in pods]
 
 
 def compute_metrics(
@@ -223,7 +273,10 @@ def compute_metrics(
 ) -> Metrics:
     """Metrics of one run; `placed[i]` is pod i's node, or None if it was rejected.
 
-    `messages[i]` is a rejected pod's Unschedulable message (see `no_node_has_gpus`).
+    `nodes` are the nodes as the scheduler saw them before the first trace pod (allocatable
+    net of the system pods); `messages[i]` is a rejected pod's Unschedulable message (see
+    `no_node_has_gpus`). A rejected pod that fits no empty node is counted apart, never as
+    fragmentation.
 
     Pods are taken in trace order and never leave, so the GPUs allocated when pod i was
     decided are those of the bound pods before it.
@@ -233,25 +286,32 @@ def compute_metrics(
     total = sum(n.gpus for n in nodes)
     if total <= 0:
         raise ValueError("the node list has no GPUs")
+    can_fit = fitting(pods, nodes)
     allocated = 0
-    first: tuple[int, int, float] | None = None
+    shared = arrived = arrived_shared = 0.0
+    first: tuple[int, int, float, float] | None = None
     first_gpu_frag: float | None = None
     gpu_frag = stranded = 0
     rejected: Counter[int] = Counter()
+    curve = []
     for index, (pod, node) in enumerate(zip(pods, placed, strict=True)):
+        arrived += pod.gpus
+        arrived_shared += pod.gpu_share
         if node is not None:
             allocated += pod.gpus
-            continue
-        rejected[pod.gpus] += 1
-        if pod.gpus > 0 and total - allocated >= pod.gpus:
-            if first is None:
-                first = (index, pod.gpus, allocated / total)
-            if messages and no_node_has_gpus(messages[index]):
-                gpu_frag += 1
-                if first_gpu_frag is None:
-                    first_gpu_frag = allocated / total
-            elif messages:
-                stranded += 1
+            shared += pod.gpu_share
+        else:
+            rejected[pod.gpus] += 1
+            if pod.gpus > 0 and total - allocated >= pod.gpus and can_fit[index]:
+                if first is None:
+                    first = (index, pod.gpus, allocated / total, shared / total)
+                if messages and no_node_has_gpus(messages[index]):
+                    gpu_frag += 1
+                    if first_gpu_frag is None:
+                        first_gpu_frag = allocated / total
+                elif messages:
+                    stranded += 1
+        curve.append((arrived / total, allocated / total, arrived_shared / total, shared / total))
     return Metrics(
         profile=profile,
         nodes=len(nodes),
@@ -268,6 +328,10 @@ def compute_metrics(
         rejected_by_gpus=dict(sorted(rejected.items())),
         wall_s=wall_s,
         out_of_order=out_of_order,
+        fits_no_node=can_fit.count(False),
+        alloc_shared_at_first_frag=first[3] if first else None,
+        final_alloc_shared=shared / total,
+        curve=tuple(curve),
     )
 
 
@@ -295,6 +359,8 @@ def first_attempts(log: str) -> list[int]:
 
 
 CSV_FIELDS = (
+    "fleet",
+    "order",
     "profile",
     "run",
     "percentage_of_nodes_to_score",
@@ -307,6 +373,9 @@ CSV_FIELDS = (
     "alloc_at_first_frag",
     "alloc_at_first_gpu_frag",
     "final_alloc",
+    "alloc_shared_at_first_frag",
+    "final_alloc_shared",
+    "fits_no_node",
     "rejected_0gpu",
     *(f"rejected_{n}gpu" for n in GPU_COUNTS),
     "rejected_other",
@@ -324,6 +393,8 @@ def _ratio(value: float | None) -> str:
 def csv_row(m: Metrics) -> dict[str, str]:
     other = sum(c for g, c in m.rejected_by_gpus.items() if g not in (0, *GPU_COUNTS))
     row = {
+        "fleet": m.fleet,
+        "order": str(m.order),
         "profile": m.profile,
         "run": str(m.run),
         "percentage_of_nodes_to_score": (
@@ -340,6 +411,9 @@ def csv_row(m: Metrics) -> dict[str, str]:
         "alloc_at_first_frag": _ratio(m.alloc_at_first_frag),
         "alloc_at_first_gpu_frag": _ratio(m.alloc_at_first_gpu_frag),
         "final_alloc": _ratio(m.final_alloc),
+        "alloc_shared_at_first_frag": _ratio(m.alloc_shared_at_first_frag),
+        "final_alloc_shared": _ratio(m.final_alloc_shared),
+        "fits_no_node": str(m.fits_no_node),
         "rejected_0gpu": str(m.rejected_by_gpus.get(0, 0)),
         **{f"rejected_{n}gpu": str(m.rejected_by_gpus.get(n, 0)) for n in GPU_COUNTS},
         "rejected_other": str(other),
@@ -358,6 +432,77 @@ def write_csv(path: Path, results: Sequence[Metrics]) -> None:
         writer.writeheader()
         for m in results:
             writer.writerow(csv_row(m))
+
+
+CURVE_FIELDS = ("fleet", "order", "profile", "run", "pod", *CURVE_COLUMNS)
+CURVE_STEP = 25
+"""Every CURVE_STEP-th pod (and the last) goes into the curve file."""
+
+
+def write_curves(path: Path, results: Sequence[Metrics]) -> None:
+    """The allocation curves of `results`, one row per sampled pod."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(CURVE_FIELDS)
+        for m in results:
+            last = len(m.curve) - 1
+            for index, point in enumerate(m.curve):
+                if index % CURVE_STEP and index != last:
+                    continue
+                writer.writerow(
+                    [m.fleet, m.order, m.profile, m.run, index, *(f"{v:.5f}" for v in point)]
+                )
+
+
+def first_frag_or_final(m: Metrics, shared: bool = False) -> float:
+    """Allocation at the first fragmentation rejection; the final one if none came."""
+    value = m.alloc_shared_at_first_frag if shared else m.alloc_at_first_frag
+    if value is not None:
+        return value
+    return m.final_alloc_shared if shared else m.final_alloc
+
+
+def _spread(values: Sequence[float]) -> str:
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return f"{mean:.1%}"
+    return f"{mean:.1%} ({min(values):.1%}-{max(values):.1%})"
+
+
+def summary_table(results: Sequence[Metrics]) -> str:
+    """A Markdown table: per fleet and profile, the mean over arrival orders (min-max)."""
+    groups: dict[tuple[str, str], list[Metrics]] = {}
+    for m in results:
+        groups.setdefault((m.fleet, m.profile), []).append(m)
+    lines = [
+        "| fleet | profile | orders | alloc. at first frag. rejection | final alloc. "
+        "| same, shared GPUs as fractions: first frag. / final | 4+8-GPU pods rejected "
+        "| first frag. rejections that never came |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for (kind, profile), runs in groups.items():
+        large = [m.rejected_by_gpus.get(4, 0) + m.rejected_by_gpus.get(8, 0) for m in runs]
+        lines.append(
+            f"| {kind} | {profile} | {len(runs)} "
+            f"| {_spread([first_frag_or_final(m) for m in runs])} "
+            f"| {_spread([m.final_alloc for m in runs])} "
+            f"| {_spread([first_frag_or_final(m, True) for m in runs])} / "
+            f"{_spread([m.final_alloc_shared for m in runs])} "
+            f"| {sum(large) / len(large):.1f} "
+            f"| {sum(1 for m in runs if m.alloc_at_first_frag is None)} |"
+        )
+    return "\n".join(lines)
+
+
+def run_label(m: Metrics) -> str:
+    """The profile, and the fleet, order and repetition where they are not the first."""
+    label = m.profile
+    if m.fleet != "bare":
+        label = f"{m.fleet} {label}"
+    if m.order:
+        label += f" order {m.order}"
+    return label + (f" #{m.run}" if m.run > 1 else "")
 
 
 def format_table(results: Sequence[Metrics]) -> str:
@@ -379,7 +524,7 @@ def format_table(results: Sequence[Metrics]) -> str:
         )
         by_gpus = "/".join(str(m.rejected_by_gpus.get(n, 0)) for n in GPU_COUNTS)
         lines.append(
-            f"| {m.profile}{f' #{m.run}' if m.run > 1 else ''} | {frag} | {gpu_frag} | {m.final_alloc:.1%} | {by_gpus} "
+            f"| {run_label(m)} | {frag} | {gpu_frag} | {m.final_alloc:.1%} | {by_gpus} "
             f"| {m.rejected_by_gpus.get(0, 0)} | {m.rejected_gpu_frag} / {m.rejected_stranded} "
             f"| {m.bound} / {m.pods} | {m.wall_s:.0f} |"
         )
@@ -406,20 +551,39 @@ def scheduler_config(
         stack_profile = replace(stack_profile, leader_elect=False)
         config = render_config(stack_profile, kubeconfig=kubeconfig)
         name = stack_profile.scheduler_name
-    elif profile == "default":
+    elif profile in ("default", "mostallocated"):
         name = "default-scheduler"
+        stock: dict[str, Any] = {"schedulerName": name, "percentageOfNodesToScore": 100}
+        if profile == "mostallocated":
+            stock["pluginConfig"] = [most_allocated_args()]
         config = {
             "apiVersion": "kubescheduler.config.k8s.io/v1",
             "kind": "KubeSchedulerConfiguration",
             "leaderElection": {"leaderElect": False},
             "clientConnection": {"kubeconfig": kubeconfig},
-            "profiles": [{"schedulerName": name, "percentageOfNodesToScore": 100}],
+            "profiles": [stock],
         }
     else:
         raise ValueError(f"profile {profile!r}: expected one of {', '.join(PROFILES)}")
     # Same client rate for both: the replay measures scoring, not client-side throttling.
     config["clientConnection"].update(qps=CLIENT_QPS, burst=CLIENT_QPS)
     return name, config
+
+
+def most_allocated_args() -> dict[str, Any]:
+    """NodeResourcesFit scoring by MostAllocated over `MOST_ALLOCATED_WEIGHTS`."""
+    return {
+        "name": "NodeResourcesFit",
+        "args": {
+            "scoringStrategy": {
+                "type": "MostAllocated",
+                "resources": [
+                    {"name": name, "weight": weight}
+                    for name, weight in MOST_ALLOCATED_WEIGHTS.items()
+                ],
+            }
+        },
+    }
 
 
 def pod_name(index: int, pod: TracePod) -> str:
@@ -435,7 +599,9 @@ def node_capacity(node: TraceNode) -> dict[str, str]:
     }
 
 
-def pod_object(index: int, pod: TracePod, scheduler_name: str) -> dict[str, Any]:
+def pod_object(
+    index: int, pod: TracePod, scheduler_name: str, image: str = TRACE_IMAGE
+) -> dict[str, Any]:
     requests = {"cpu": f"{pod.cpu_milli}m", "memory": f"{pod.memory_mib}Mi"}
     limits = {}
     if pod.gpus:
@@ -451,7 +617,7 @@ def pod_object(index: int, pod: TracePod, scheduler_name: str) -> dict[str, Any]
             "containers": [
                 {
                     "name": "main",
-                    "image": "registry.invalid/trace:1",
+                    "image": image,
                     "resources": {"requests": requests, "limits": limits},
                 }
             ],
@@ -625,24 +791,47 @@ def _parallel(threads: int, work: Callable[[Any], None], items: Sequence[Any]) -
 class ReplayCluster:
     """One harness control plane holding the trace's nodes; `run` replays the pods once.
 
-    Between runs every pod is deleted at once (grace period 0: no kubelet ever confirms a
-    deletion here), so each run starts from the same empty nodes. Use as a context manager.
+    With `fleet="realistic"` the nodes report allocatable as kubelets do and run the DaemonSet
+    pods of bench/fleet.py before any run (see that module); `view` is the nodes as the
+    scheduler then sees them. Between runs every pod of the trace is deleted at once (grace
+    period 0: no kubelet ever confirms a deletion here), so each run starts from the same
+    nodes. Use as a context manager.
     """
 
     def __init__(
         self,
         nodes: Sequence[TraceNode],
         *,
+        fleet: str = "bare",
+        seed: int = 1,
         threads: int = 16,
         log: Callable[[str], None] = print,
     ) -> None:
         from tools.harness import LocalControlPlane
 
+        if fleet not in FLEETS:
+            raise ValueError(f"fleet {fleet!r}: expected one of {', '.join(FLEETS)}")
         self.nodes = nodes
+        self.fleet = fleet
+        self.seed = seed
         self.threads = threads
         self.log = log
         self.cp = LocalControlPlane()
         self.api: _Api | None = None
+        self.view = [self._seen(node) for node in nodes]
+
+    def _allocatable(self, node: TraceNode) -> tuple[int, int]:
+        if self.fleet == "bare":
+            return node.cpu_milli, node.memory_mib
+        return fleet.allocatable(node.name, node.cpu_milli, node.memory_mib, self.seed)
+
+    def _seen(self, node: TraceNode) -> TraceNode:
+        """`node` as the scheduler sees it: allocatable less the DaemonSet pods."""
+        cpu, memory = self._allocatable(node)
+        if self.fleet == "realistic":
+            system_cpu, system_memory = fleet.daemonset_requests()
+            cpu, memory = cpu - system_cpu, memory - system_memory
+        return replace(node, cpu_milli=cpu, memory_mib=memory)
 
     def __enter__(self) -> ReplayCluster:
         self.cp.start()
@@ -652,6 +841,8 @@ class ReplayCluster:
             self.cp.create_namespace(NAMESPACE)
             _parallel(self.threads, self._create_node, self.nodes)
             self.log(f"{len(self.nodes)} nodes created in {time.monotonic() - started:.0f} s")
+            if self.fleet == "realistic":
+                self._run_daemonsets()
         except BaseException:
             self.cp.stop()
             raise
@@ -671,9 +862,10 @@ class ReplayCluster:
         )
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         capacity = node_capacity(node)
-        status = {
+        cpu, memory = self._allocatable(node)
+        status: dict[str, Any] = {
             "capacity": capacity,
-            "allocatable": capacity,
+            "allocatable": {**capacity, "cpu": f"{cpu}m", "memory": f"{memory}Mi"},
             "conditions": [
                 {
                     "type": "Ready",
@@ -684,7 +876,75 @@ class ReplayCluster:
                 }
             ],
         }
+        if self.fleet == "realistic":
+            status["images"] = fleet.node_images(node.name, self.seed)
         api.request("PATCH", f"/api/v1/nodes/{node.name}/status", {"status": status})
+
+    def _run_daemonsets(self, timeout: float = 900.0) -> None:
+        """Create the DaemonSets and wait until each node runs one pod of each.
+
+        The DaemonSet controller (kube-controller-manager, that controller alone) makes the
+        pods and a stock kube-scheduler binds them; both stop once every pod is bound, so
+        the runs measure the scheduler under test alone.
+        """
+        from tools.harness.controlplane import ManagedProcess, free_port, require_tool
+
+        assert self.api is not None
+        api, cp = self.api, self.cp
+        started = time.monotonic()
+        for namespace in sorted({spec.namespace for spec in fleet.DAEMONSETS}):
+            if namespace != fleet.SYSTEM_NAMESPACE:
+                cp.create_namespace(namespace, default_service_account=False)
+        for spec in fleet.DAEMONSETS:
+            api.request(
+                "POST",
+                f"/apis/apps/v1/namespaces/{spec.namespace}/daemonsets",
+                fleet.daemonset_object(spec),
+            )
+        kubeconfig = str(cp.kubeconfig_path)
+        manager = ManagedProcess(
+            "kube-controller-manager",
+            [
+                str(require_tool("kube-controller-manager")),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                "--leader-elect=false",
+                "--controllers=daemonset",
+                f"--kube-api-qps={CLIENT_QPS}",
+                f"--kube-api-burst={CLIENT_QPS}",
+            ],
+            cp.workdir / "kube-controller-manager.log",
+        )
+        manager.start()
+        _, config = scheduler_config("default", kubeconfig)
+        expected = len(self.nodes) * len(fleet.DAEMONSETS)
+        try:
+            with cp.start_scheduler(yaml.safe_dump(config), timeout=120) as scheduler:
+                while (bound := self._daemon_pods_bound()) < expected:
+                    self.log(f"DaemonSet pods: {bound}/{expected} bound")
+                    for what, process in (
+                        ("kube-controller-manager", manager),
+                        ("kube-scheduler", scheduler),
+                    ):
+                        if not process.running():
+                            raise RuntimeError(f"{what} exited\n{process.tail()}")
+                    if time.monotonic() - started > timeout:
+                        raise TimeoutError(f"{bound}/{expected} DaemonSet pods bound")
+                    time.sleep(5)
+        finally:
+            manager.stop()
+        self.log(f"{expected} DaemonSet pods bound in {time.monotonic() - started:.0f} s")
+
+    def _daemon_pods_bound(self) -> int:
+        assert self.api is not None
+        bound = 0
+        for namespace in sorted({spec.namespace for spec in fleet.DAEMONSETS}):
+            pods = self.api.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
+            bound += sum(1 for pod in pods if pod["spec"].get("nodeName"))
+        return bound
 
     def _clear_pods(self) -> None:
         assert self.api is not None
@@ -722,7 +982,7 @@ class ReplayCluster:
             lambda item: api.request(
                 "POST",
                 f"/api/v1/namespaces/{NAMESPACE}/pods",
-                pod_object(item[0], item[1], scheduler_name),
+                pod_object(item[0], item[1], scheduler_name, self._image(item[1])),
             ),
             list(enumerate(pods)),
         )
@@ -781,9 +1041,12 @@ class ReplayCluster:
             attempts = first_attempts(scheduler.log())
         log(f"[{profile}] every pod decided in {wall:.1f} s")
         late = out_of_order_attempts(attempts) if len(attempts) == len(pods) else None
-        metrics = compute_metrics(profile, self.nodes, pods, placed, wall, late, messages)
+        metrics = compute_metrics(profile, self.view, pods, placed, wall, late, messages)
         percentage = config["profiles"][0].get("percentageOfNodesToScore")
-        return replace(metrics, percentage_of_nodes_to_score=percentage)
+        return replace(metrics, percentage_of_nodes_to_score=percentage, fleet=self.fleet)
+
+    def _image(self, pod: TracePod) -> str:
+        return TRACE_IMAGE if self.fleet == "bare" else fleet.pod_image(pod.name, self.seed)
 
 
 def replay(
@@ -825,33 +1088,74 @@ def load_trace(
     return nodes, pods
 
 
+def arrival_order(pods: Sequence[TracePod], order: int) -> list[TracePod]:
+    """The pods in arrival order `order`: 0 the trace's, n > 0 shuffled with seed n."""
+    if order == 0:
+        return list(pods)
+    return random.Random(order).sample(list(pods), len(pods))
+
+
+def _choices(
+    parser: argparse.ArgumentParser, flag: str, raw: str, allowed: Sequence[str]
+) -> list[str]:
+    chosen = [item.strip() for item in raw.split(",") if item.strip()]
+    if not chosen or any(item not in allowed for item in chosen):
+        parser.error(f"{flag} {raw!r}: expected some of {', '.join(allowed)}")
+    return chosen
+
+
+def _orders(parser: argparse.ArgumentParser, raw: str) -> list[int]:
+    try:
+        orders = [int(item) for item in raw.split(",") if item.strip()]
+    except ValueError:
+        orders = []
+    if not orders or min(orders) < 0:
+        parser.error(f"--orders {raw!r}: expected comma-separated integers >= 0 (0: the trace's)")
+    return orders
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_trace_arguments(parser, DEFAULT_CSV)
     parser.add_argument(
         "--profiles", default=",".join(PROFILES), help=f"comma-separated: {','.join(PROFILES)}"
     )
+    parser.add_argument(
+        "--fleets", default="bare", help=f"comma-separated: {','.join(FLEETS)} (bench/fleet.py)"
+    )
+    parser.add_argument(
+        "--orders", default="0", help="arrival orders: 0 the trace's, n > 0 shuffled with seed n"
+    )
+    parser.add_argument("--fleet-seed", type=int, default=1, help="the realistic fleet's seed")
     parser.add_argument("--threads", type=int, default=16, help="parallel object creation")
     parser.add_argument("--repeat", type=int, default=1, help="runs per profile")
     args = parser.parse_args(argv)
-    profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
-    unknown = [p for p in profiles if p not in PROFILES]
-    if unknown or not profiles:
-        parser.error(f"--profiles {args.profiles!r}: expected some of {', '.join(PROFILES)}")
+    profiles = _choices(parser, "--profiles", args.profiles, PROFILES)
+    fleets = _choices(parser, "--fleets", args.fleets, FLEETS)
+    orders = _orders(parser, args.orders)
     for flag, value in (("--repeat", args.repeat), ("--threads", args.threads)):
         if value < 1:
             parser.error(f"{flag} {value}: expected an integer >= 1")
     nodes, pods = load_trace(parser, args)
-    with ReplayCluster(nodes, threads=args.threads) as cluster:
-        results = [
-            replace(cluster.run(profile, pods), run=run)
-            for run in range(1, args.repeat + 1)
-            for profile in profiles
-        ]
+    results = []
+    for kind in fleets:
+        with ReplayCluster(
+            nodes, fleet=kind, seed=args.fleet_seed, threads=args.threads
+        ) as cluster:
+            for order in orders:
+                arrived = arrival_order(pods, order)
+                for run in range(1, args.repeat + 1):
+                    for profile in profiles:
+                        m = cluster.run(profile, arrived)
+                        results.append(replace(m, run=run, order=order))
+                        write_csv(args.csv, results)
     print()
     print(format_table(results))
-    write_csv(args.csv, results)
-    print(f"\nwrote {args.csv}")
+    print()
+    print(summary_table(results))
+    curves = args.csv.with_suffix(".curve.csv")
+    write_curves(curves, results)
+    print(f"\nwrote {args.csv} and {curves}")
     return 0
 
 

@@ -8,22 +8,27 @@ from __future__ import annotations
 
 import csv
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bench.fleet import allocatable, daemonset_requests
 from bench.openb_replay import (
     BINARIES,
+    CURVE_STEP,
     GPU,
     ReplayCluster,
     TraceError,
     TraceNode,
     TracePod,
     WatchExpired,
+    arrival_order,
     compute_metrics,
     csv_row,
     first_attempts,
+    fitting,
     follow,
     format_table,
     gpu_request,
@@ -33,7 +38,9 @@ from bench.openb_replay import (
     read_nodes,
     read_pods,
     scheduler_config,
+    summary_table,
     write_csv,
+    write_curves,
 )
 from stack_config import SchedulerConfig
 
@@ -86,6 +93,7 @@ def test_openb_read_pods_orders_by_creation_time_keeping_file_order_on_ties(
         gpus=1,
         creation_time=10,
         deletion_time=None,
+        gpu_milli=460,
     )
     assert (pods[1].gpus, pods[2].gpus, pods[2].deletion_time) == (0, 2, 90)
 
@@ -195,7 +203,7 @@ def test_openb_scheduler_config_scores_every_node_in_default_and_binpack() -> No
     assert "pluginConfig" not in default["profiles"][0]
     strategy = binpack["profiles"][0]["pluginConfig"][0]["args"]["scoringStrategy"]
     assert strategy["type"] == "RequestedToCapacityRatio"
-    expected = "profile 'spread': expected one of default, binpack, fragmentation"
+    expected = "profile 'spread': expected one of default, mostallocated, binpack, fragmentation"
     with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
         scheduler_config("spread", "/kc")
 
@@ -309,3 +317,110 @@ def test_openb_fragmentation_profile_is_the_stacks_with_the_plugin_binary() -> N
         }
     ]
     assert BINARIES == {"fragmentation": "gpu-binpack-scheduler"}
+
+
+def test_openb_metrics_first_fragmentation_ignores_a_pod_no_empty_node_fits() -> None:
+    # The 2-GPU pod asks for more cpu than any node has: rejected, but not fragmentation.
+    greedy = TracePod(name="g", cpu_milli=9000, memory_mib=1024, gpus=2, creation_time=0)
+    pods = [_pod(1), greedy, _pod(1), _pod(1), _pod(1), _pod(2)]
+    placed: list[str | None] = ["n0", None, "n1", "n0", "n1", None]
+    m = compute_metrics("default", _nodes(2, 2), pods, placed, wall_s=1.0)
+    assert m.fits_no_node == 1
+    assert m.first_frag_index is None
+    m = compute_metrics("default", _nodes(4, 2), pods, ["n0", None, "n1", "n0", "n1", None], 1.0)
+    assert (m.first_frag_index, m.first_frag_gpus, m.alloc_at_first_frag) == (5, 2, 4 / 6)
+
+
+def test_openb_metrics_count_a_shared_gpu_as_its_fraction_beside_whole_gpus() -> None:
+    shared = TracePod(
+        name="s", cpu_milli=100, memory_mib=64, gpus=1, creation_time=0, gpu_milli=250
+    )
+    pods = [shared, _pod(1), _pod(2), _pod(1)]
+    m = compute_metrics("p", _nodes(4), pods, ["n0", "n0", None, "n0"], wall_s=1.0)
+    assert (m.final_alloc, m.final_alloc_shared) == (3 / 4, 2.25 / 4)
+    assert (m.alloc_at_first_frag, m.alloc_shared_at_first_frag) == (2 / 4, 1.25 / 4)
+    assert m.curve[0] == (1 / 4, 1 / 4, 0.25 / 4, 0.25 / 4)
+    assert m.curve[-1] == (5 / 4, 3 / 4, 4.25 / 4, 2.25 / 4)
+
+
+@pytest.mark.parametrize(
+    ("pod", "fits_any"),
+    [
+        (TracePod(name="a", cpu_milli=8000, memory_mib=16384, gpus=4, creation_time=0), True),
+        (TracePod(name="b", cpu_milli=8001, memory_mib=1, gpus=1, creation_time=0), False),
+        (TracePod(name="c", cpu_milli=1, memory_mib=16385, gpus=0, creation_time=0), False),
+        (TracePod(name="d", cpu_milli=1, memory_mib=1, gpus=5, creation_time=0), False),
+    ],
+)
+def test_openb_fitting_asks_whether_some_empty_node_holds_the_pod(
+    pod: TracePod, fits_any: bool
+) -> None:
+    assert fitting([pod], _nodes(2, 4)) == [fits_any]
+
+
+def test_openb_arrival_orders_are_the_trace_or_a_seeded_shuffle() -> None:
+    pods = [_pod(1, name=f"p{i}") for i in range(20)]
+    assert arrival_order(pods, 0) == pods
+    once, again = arrival_order(pods, 3), arrival_order(pods, 3)
+    assert (
+        once == again
+        and once != pods
+        and sorted(p.name for p in once) == sorted(p.name for p in pods)
+    )
+    assert arrival_order(pods, 4) != once
+
+
+def test_openb_summary_gives_the_mean_and_spread_over_orders() -> None:
+    runs = [
+        replace(compute_metrics("binpack", _nodes(2), [_pod(1), _pod(2)], placed, 1.0), order=n)
+        for n, placed in ((1, ["n0", None]), (2, [None, "n0"]))
+    ]
+    table = summary_table(runs)
+    row = table.splitlines()[2]
+    # Order 1 never fragments (1 GPU free for a 2-GPU pod), so its final 50% stands in;
+    # order 2 turns the 1-GPU pod away on an empty cluster: fragmentation at 0%.
+    assert row.startswith("| bare | binpack | 2 | 25.0% (0.0%-50.0%) | 75.0% (50.0%-100.0%) |")
+    assert row.endswith("| 1 |")
+
+
+def test_openb_most_allocated_profile_is_the_documented_bin_packing_example() -> None:
+    name, config = scheduler_config("mostallocated", "/kc")
+    (profile,) = config["profiles"]
+    assert name == "default-scheduler" and profile["percentageOfNodesToScore"] == 100
+    (fit,) = profile["pluginConfig"]
+    assert fit["name"] == "NodeResourcesFit"
+    assert fit["args"]["scoringStrategy"] == {
+        "type": "MostAllocated",
+        "resources": [
+            {"name": "cpu", "weight": 1},
+            {"name": "memory", "weight": 1},
+            {"name": GPU, "weight": 3},
+        ],
+    }
+
+
+def test_openb_curves_keep_every_step_th_pod_and_the_last(tmp_path: Path) -> None:
+    pods = [_pod(1, name=f"p{i}") for i in range(CURVE_STEP + 2)]
+    m = compute_metrics("p", _nodes(64), pods, ["n0"] * len(pods), 1.0)
+    path = tmp_path / "c.csv"
+    write_curves(path, [m])
+    rows = list(csv.DictReader(path.open()))
+    assert [int(r["pod"]) for r in rows] == [0, CURVE_STEP, CURVE_STEP + 1]
+    assert float(rows[-1]["allocated"]) == pytest.approx(len(pods) / 64, abs=1e-5)
+
+
+def test_openb_realistic_cluster_sees_nodes_net_of_reservations_and_daemonsets() -> None:
+    node = TraceNode(name="n0", cpu_milli=96000, memory_mib=393216, gpus=8)
+    bare = ReplayCluster([node], log=lambda _: None)
+    real = ReplayCluster([node], fleet="realistic", seed=7, log=lambda _: None)
+    assert bare.view == [node]
+    (seen,) = real.view
+    system_cpu, system_memory = daemonset_requests()
+    cpu, memory = allocatable("n0", 96000, 393216, 7)
+    assert (seen.cpu_milli, seen.memory_mib, seen.gpus) == (
+        cpu - system_cpu,
+        memory - system_memory,
+        8,
+    )
+    with pytest.raises(ValueError, match="fleet 'cloud': expected one of bare, realistic"):
+        ReplayCluster([node], fleet="cloud")
