@@ -23,7 +23,7 @@ import yaml
 from pydantic import AfterValidator, Field, ValidationError, model_validator
 from pydantic_core import core_schema
 
-from components.binpack_scheduler import BinpackSchedulerSettings
+from components.binpack_scheduler_settings import BinpackSchedulerSettings
 from components.cluster_access import ClusterAccess
 from components.control_plane_features import ControlPlaneFeaturesArgs
 from components.control_plane_settings import ControlPlaneSettings

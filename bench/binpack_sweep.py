@@ -36,7 +36,8 @@ from bench.openb_replay import (  # noqa: E402
     csv_row,
     load_trace,
 )
-from components.binpack_scheduler import FRAGMENTATION, FRAGMENTATION_PLUGIN  # noqa: E402
+from components.binpack_scheduler_manifests import FRAGMENTATION_PLUGIN  # noqa: E402
+from components.binpack_scheduler_settings import FRAGMENTATION  # noqa: E402
 from stack_config import SchedulerConfig  # noqa: E402
 
 DEFAULT_CSV = REPO_ROOT / "bench" / "results" / "binpack_sweep.csv"

@@ -1,12 +1,7 @@
 """The layers of gpu-cluster, one ComponentResource per module."""
 
-from components.binpack_scheduler import (
-    BinpackScheduler,
-    BinpackSchedulerArgs,
-    ResourceWeight,
-    SchedulerProfile,
-    ShapePoint,
-)
+from components.binpack_scheduler import BinpackScheduler, BinpackSchedulerArgs
+from components.binpack_scheduler_settings import ResourceWeight, SchedulerProfile, ShapePoint
 from components.cluster_access import ClusterAccess
 from components.control_plane_features import (
     ControlPlaneFeatures,

@@ -9,7 +9,7 @@ from pathlib import Path
 from bench.binpack_sweep import POINTS, best, format_table, knobs, pareto, write_csv
 from bench.derive_trace import derive, scale_row
 from bench.openb_replay import Metrics, TraceNode, read_pods
-from components.binpack_scheduler import render_config
+from components.binpack_scheduler_manifests import render_config
 
 
 def _metrics(label: str, first: float | None, final: float, large: int = 0) -> Metrics:

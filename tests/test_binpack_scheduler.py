@@ -18,7 +18,7 @@ from components import (
     SchedulerProfile,
     ShapePoint,
 )
-from components.binpack_scheduler import render_config
+from components.binpack_scheduler_manifests import render_config
 from stack_config import ConfigError, parse_stack_config
 from tests.conftest import Recording, component_access, register
 

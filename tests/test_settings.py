@@ -6,7 +6,8 @@ from typing import Any, cast
 
 import pytest
 
-from components.binpack_scheduler import BinpackSchedulerArgs, BinpackSchedulerSettings
+from components.binpack_scheduler import BinpackSchedulerArgs
+from components.binpack_scheduler_settings import BinpackSchedulerSettings
 from components.opa_gate import OpaGateSettings
 from components.settings import is_host, is_qualified_name
 from components.tainted_gpu_pool import TaintedGpuPoolArgs

@@ -23,12 +23,8 @@ import pytest
 import yaml
 
 from components import BinpackScheduler, BinpackSchedulerArgs, ClusterAccess
-from components.binpack_scheduler import (
-    FRAGMENTATION,
-    FRAGMENTATION_PLUGIN,
-    SchedulerProfile,
-    render_config,
-)
+from components.binpack_scheduler_manifests import FRAGMENTATION_PLUGIN, render_config
+from components.binpack_scheduler_settings import FRAGMENTATION, SchedulerProfile
 from components.tainted_gpu_pool import Taint
 from stack_config import SchedulerConfig
 from tests.integration.conftest import require_tools
