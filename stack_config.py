@@ -30,11 +30,11 @@ from components.control_plane_settings import ControlPlaneSettings
 from components.extended_resource_node import ExtendedResourcesSettings
 from components.gpu_operator import GpuOperatorSettings
 from components.monitoring_stack import MonitoringStackSettings
-from components.opa_gate import (
+from components.opa_gate import OpaGateArgs
+from components.opa_gate_settings import (
     ADMISSION_ENGINES,
     ROUTING_ENGINE,
     ROUTING_MIN_MINOR,
-    OpaGateArgs,
     OpaGateSettings,
 )
 from components.settings import (

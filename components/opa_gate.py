@@ -31,28 +31,15 @@ written into the policy source. Three engines:
   with the same data written into its CEL and the same rule and message as OPA's; no webhook
   server at all.
 
-The module-level functions build what both the component and the live tests create
-(webhook, OPA arguments and files, the policy and its binding): one source of truth.
-
-Every engine excludes kube-system and the gate's own namespace by name (the immutable
-kubernetes.io/metadata.name label), so the gate can never stop the cluster from restarting
-the gate itself, and no one who can label a namespace can take it out of the gate.
-
-failurePolicy: `Fail` means no GPU pod is admitted while the gate cannot answer (OPA down,
-timeout), so bin-packing is never bypassed; CPU pods never reach OPA, so an outage does not
-block them. `Ignore` admits GPU pods during an outage, possibly onto the default scheduler.
-The native engines have no server to fail, so their failure policy only matters for CEL
-evaluation errors.
+This module turns the objects of components/opa_gate_manifests.py into resources and wires
+them (the settings are components/opa_gate_settings.py); the TLS material, Pulumi state, is
+made here.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -61,355 +48,40 @@ from pydantic import Field
 
 from components.cluster_access import ClusterAccess
 from components.gpu_operator import OperatorPods
-from components.gpu_resources import gated_names, gated_prefixes
-from components.settings import BOOL, Runtime, Settings, between, choice
-from policies import gpu_scheduler_cel as cel
+from components.opa_gate_manifests import (
+    GATE_CONFIG_FILE,
+    GATE_CONFIGMAP,
+    OPA_NAME,
+    OPA_POLICIES_CONFIGMAP,
+    OPA_SELECTOR,
+    OPA_SERVING_SECRET,
+    admission_policy_binding_spec,
+    admission_policy_spec,
+    gate_config_json,
+    gate_data,
+    gate_metadata,
+    inputs_checksum,
+    opa_deployment_spec,
+    opa_disruption_budget,
+    opa_pod_spec,
+    opa_service_spec,
+    policy_files,
+    routing_binding_spec,
+    routing_policy_spec,
+    serving_dns_names,
+    webhook_client_config,
+    webhook_spec,
+)
+from components.opa_gate_settings import (
+    DEFAULT_GATE_NAMESPACE,
+    GATE_NAME,
+    ROUTING_ENGINE,
+    OpaGateSettings,
+    load_policies,
+)
+from components.settings import Runtime
 
 TOKEN = "gpu-cluster:index:OpaGate"
-
-AdmissionEngine = Literal["mutating-admission-policy", "validating-admission-policy", "opa"]
-ADMISSION_ENGINES: tuple[AdmissionEngine, ...] = get_args(AdmissionEngine)
-FailurePolicy = Literal["Fail", "Ignore"]
-FAILURE_POLICIES: tuple[FailurePolicy, ...] = get_args(FailurePolicy)
-
-POLICY_DIR = Path(__file__).resolve().parent.parent / "policies"
-# Set by the API server on every namespace to the namespace's name; it cannot be changed.
-# Ref: https://kubernetes.io/docs/reference/labels-annotations-taints/#kubernetes-io-metadata-name
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
-OPA_PORT = 8443
-# Built in, and usable outside kube-system since Kubernetes 1.17 (unless the cluster limits
-# it with a ResourceQuota admission configuration); the class cluster add-ons run with.
-# Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/pod-priority-preemption/
-OPA_PRIORITY_CLASS = "system-cluster-critical"
-# The engine that routes GPU pods (MutatingAdmissionPolicy) and the first minor version that
-# serves its GA API, admissionregistration.k8s.io/v1, without a feature gate.
-# Ref: https://kubernetes.io/docs/reference/access-authn-authz/mutating-admission-policy/
-ROUTING_ENGINE: AdmissionEngine = "mutating-admission-policy"
-ROUTING_MIN_MINOR = 36
-# Name of the ValidatingWebhookConfiguration, ValidatingAdmissionPolicy and its binding
-# (and of the MutatingAdmissionPolicy and its binding).
-GATE_NAME = "gpu-scheduler-gate"
-# The gate's namespace when none is given (OpaGateArgs.namespace's default).
-DEFAULT_GATE_NAMESPACE = "gpu-admission"
-WEBHOOK_NAME = "gpu-scheduler.gpu-cluster.io"
-GATE_CONFIG_FILE = "gate.json"
-# A mounted ConfigMap holds each key twice more, under the kubelet's `..data` link and its
-# timestamped `..<date>` directory; loading those as well redeclares every rule and OPA
-# refuses to start. Files named `..*` are skipped.
-# Ref: https://kubernetes.io/docs/concepts/configuration/configmap/#mounted-configmaps-are-updated-automatically
-CONFIGMAP_INTERNALS = "..*"
-
-
-def load_policies(directory: Path = POLICY_DIR) -> dict[str, str]:
-    """{file stem: Rego source} of the policies in `directory`, tests excluded."""
-    return {
-        path.stem: path.read_text()
-        for path in sorted(directory.glob("*.rego"))
-        if not path.stem.endswith("_test")
-    }
-
-
-def gate_data(
-    scheduler_name: str,
-    resources: Sequence[str],
-    prefixes: Sequence[str],
-    *,
-    operator_pods: OperatorPods | None = None,
-) -> dict[str, Any]:
-    """The policies' data document, data.gpu_cluster.config (see policies/README.md).
-
-    Every GPU (components/gpu_resources.py) is gated whatever `resources` and `prefixes` add;
-    `operator_pods` (the GPU Operator's own pods) are left out when None.
-    """
-    data: dict[str, Any] = {
-        "scheduler_name": scheduler_name,
-        "gpu_resources": gated_names(resources),
-        "gpu_resource_prefixes": gated_prefixes(prefixes),
-    }
-    if operator_pods is not None:
-        data["operator_pods"] = {
-            "namespace": operator_pods.namespace,
-            "creators": sorted(operator_pods.creators),
-            "daemonset_controllers": sorted(operator_pods.daemonset_controllers),
-        }
-    return data
-
-
-def excluded_namespaces(gate_namespace: str) -> list[str]:
-    """The namespaces neither engine judges: kube-system and the gate's own."""
-    return sorted({"kube-system", gate_namespace})
-
-
-def namespace_selector(gate_namespace: str) -> dict[str, Any]:
-    """Namespace selector of both engines: every namespace but excluded_namespaces(), by name.
-
-    A selector on a label anyone may set (such as openpolicyagent.org/webhook=ignore) lets
-    whoever can create or label a namespace bypass the gate; the name label cannot be set.
-    """
-    return {
-        "matchExpressions": [
-            {
-                "key": NAMESPACE_NAME_LABEL,
-                "operator": "NotIn",
-                "values": excluded_namespaces(gate_namespace),
-            }
-        ]
-    }
-
-
-def policy_files(policies: Mapping[str, str]) -> dict[str, str]:
-    """{file name: Rego source} of the one ConfigMap OPA loads at start-up: every policy."""
-    return {f"{stem}.rego": source for stem, source in sorted(policies.items())}
-
-
-def opa_run_args(
-    *,
-    https_addr: str = f"0.0.0.0:{OPA_PORT}",
-    certs_dir: str = "/certs",
-    policy_dir: str = "/policies",
-    config_dir: str = "/config",
-) -> list[str]:
-    """`opa` arguments: HTTPS for the API server, policies and data read once at start.
-
-    The directories hold the serving Secret (tls.crt, tls.key), policy_files() and the gate
-    data (gate.json). They are not watched: a change of any of them changes the pod
-    template's checksum, so the Deployment rolls out OPA pods that read the new files, one
-    readiness-checked replica at a time, rather than each replica reloading on its own.
-    Authorization (policies/authz.rego) leaves anonymous callers, the API server and the
-    kubelet, the webhook decision and /health only; there is no management API to protect.
-    """
-    return [
-        "run",
-        "--server",
-        f"--addr=https://{https_addr}",
-        f"--tls-cert-file={certs_dir}/tls.crt",
-        f"--tls-private-key-file={certs_dir}/tls.key",
-        "--authorization=basic",
-        "--skip-version-check",
-        "--log-format=json",
-        f"--ignore={CONFIGMAP_INTERNALS}",
-        policy_dir,
-        f"gpu_cluster.config:{config_dir}/{GATE_CONFIG_FILE}",
-    ]
-
-
-def gpu_request_condition(config: Mapping[str, Any]) -> str:
-    """CEL, true when the pod asks for a gated GPU resource: the routing policy's condition.
-
-    Built from the same pieces as the ValidatingAdmissionPolicy's variables, with the lists
-    written in (match conditions have no variables).
-    """
-    return cel.requests_gpu(config)
-
-
-def webhook_condition(config: Mapping[str, Any]) -> str:
-    """CEL, the webhook's match condition: a GPU request (gpu_request_condition), or
-    NVIDIA_VISIBLE_DEVICES in some container, from a pod the policy judges (not a mirror pod,
-    not the GPU Operator's own: the device plugin's pods set the variable). Other pods never
-    reach OPA, so an OPA outage cannot hold them back."""
-    return f"!({cel.exempt(config)}) && ({cel.judged(config)})"
-
-
-def opa_affinity(selector: Mapping[str, str]) -> dict[str, Any]:
-    """OPA replicas on different nodes where the cluster has them.
-
-    Preferred, not required: with required anti-affinity a cluster with fewer schedulable
-    nodes than replicas (or a rolling update's surge pod) leaves a replica Pending for good.
-    """
-    return {
-        "podAntiAffinity": {
-            "preferredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "weight": 100,
-                    "podAffinityTerm": {
-                        "labelSelector": {"matchLabels": dict(selector)},
-                        "topologyKey": "kubernetes.io/hostname",
-                    },
-                }
-            ]
-        }
-    }
-
-
-def opa_disruption_budget(replicas: int, selector: Mapping[str, str]) -> dict[str, Any] | None:
-    """The PodDisruptionBudget spec for OPA: one replica always up; none for a single replica.
-
-    With one replica a budget could only forbid every eviction (maxUnavailable 0), which
-    blocks node drains until someone deletes it; a single replica is a choice to accept
-    a short outage of GPU pod admission while it moves instead.
-    Unhealthy replicas may always be evicted, so a broken pod never blocks a drain.
-    Ref: https://kubernetes.io/docs/tasks/run-application/configure-pdb/#unhealthy-pod-eviction-policy
-    """
-    if replicas <= 1:
-        return None
-    return {
-        "minAvailable": 1,
-        "selector": {"matchLabels": dict(selector)},
-        "unhealthyPodEvictionPolicy": "AlwaysAllow",
-    }
-
-
-def webhook_spec(
-    *,
-    config: Mapping[str, Any],
-    client_config: Mapping[str, Any],
-    gate_namespace: str = DEFAULT_GATE_NAMESPACE,
-    failure_policy: FailurePolicy = "Fail",
-    timeout_seconds: int = 5,
-) -> dict[str, Any]:
-    """The ValidatingWebhookConfiguration's one webhook; OPA answers at path `/`.
-
-    `config` is gate_data(): only pod CREATEs that ask for one of its GPU resources or mention
-    NVIDIA_VISIBLE_DEVICES are sent (matchConditions, GA since 1.30); with failurePolicy Fail
-    an OPA outage then holds back those pods only.
-    Ref: https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/#matching-requests-matchconditions
-    """
-    return {
-        "name": WEBHOOK_NAME,
-        "admissionReviewVersions": ["v1"],
-        # Also makes the API server call the gate for dry-run requests.
-        "sideEffects": "None",
-        "failurePolicy": failure_policy,
-        "timeoutSeconds": timeout_seconds,
-        "matchPolicy": "Equivalent",
-        "namespaceSelector": namespace_selector(gate_namespace),
-        "rules": [
-            {
-                "operations": ["CREATE"],
-                "apiGroups": [""],
-                "apiVersions": ["v1"],
-                "resources": ["pods"],
-                "scope": "Namespaced",
-            }
-        ],
-        "matchConditions": [{"name": "gpu-pod", "expression": webhook_condition(config)}],
-        "clientConfig": dict(client_config),
-    }
-
-
-def admission_policy_spec(
-    config: Mapping[str, Any],
-    failure_policy: FailurePolicy = "Fail",
-    *,
-    gate_namespace: str = DEFAULT_GATE_NAMESPACE,
-) -> dict[str, Any]:
-    """The ValidatingAdmissionPolicy: policies/gpu_scheduler.rego's rule and message in CEL.
-
-    `config` is gate_data(); it is written into the CEL as literals rather than read from a
-    parameter object, because a binding whose parameter is missing denies every request it
-    matches, CPU pods included, and a ConfigMap could drop the always-gated nvidia.com/gpu.
-    With several kinds of GPU resource the message names the alphabetically first, which is
-    the first of the Rego policy's (sorted) messages.
-    Ref: https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/
-    """
-    return {
-        "failurePolicy": failure_policy,
-        "matchConstraints": {
-            "namespaceSelector": namespace_selector(gate_namespace),
-            "resourceRules": [
-                {
-                    "operations": ["CREATE"],
-                    "apiGroups": [""],
-                    "apiVersions": ["v1"],
-                    "resources": ["pods"],
-                }
-            ],
-        },
-        "variables": [
-            {"name": n, "expression": e} for n, e in cel.validation_variables(config).items()
-        ],
-        "validations": cel.validations(),
-    }
-
-
-def admission_policy_binding_spec(
-    policy_name: Any = GATE_NAME, *, gate_namespace: str = DEFAULT_GATE_NAMESPACE
-) -> dict[str, Any]:
-    """The binding: enforce (Deny) everywhere but in excluded_namespaces()."""
-    return {
-        "policyName": policy_name,
-        "validationActions": ["Deny"],
-        "matchResources": {"namespaceSelector": namespace_selector(gate_namespace)},
-    }
-
-
-def routing_policy_spec(
-    config: Mapping[str, Any],
-    toleration: Mapping[str, str] | None,
-    failure_policy: FailurePolicy = "Fail",
-    *,
-    gate_namespace: str = DEFAULT_GATE_NAMESPACE,
-) -> dict[str, Any]:
-    """The MutatingAdmissionPolicy that routes GPU pods to the stack's scheduler.
-
-    A pod CREATE that asks for a gated GPU resource and leaves spec.schedulerName unset (the
-    API server has filled in default-scheduler by then) gets the stack's scheduler; a GPU pod
-    headed there also gets the pool's `toleration` unless one of its tolerations already
-    covers the taint. A pod with another scheduler is left as it is (the
-    ValidatingAdmissionPolicy refuses it), and so is a pod created bound to a node (refused
-    too, unless it is a node's mirror pod, which must stay as its kubelet wrote it, or the GPU
-    Operator's validator workload).
-    JSON patches, because spec.tolerations is an atomic list that an apply configuration may
-    not change. Both mutations hold for the routed pod as for the original, so a reinvocation
-    changes nothing.
-    Ref: https://kubernetes.io/docs/reference/access-authn-authz/mutating-admission-policy/
-    """
-    return {
-        "failurePolicy": failure_policy,
-        "reinvocationPolicy": "IfNeeded",
-        "matchConstraints": {
-            "namespaceSelector": namespace_selector(gate_namespace),
-            "resourceRules": [
-                {
-                    "operations": ["CREATE"],
-                    "apiGroups": [""],
-                    "apiVersions": ["v1"],
-                    "resources": ["pods"],
-                }
-            ],
-        },
-        "matchConditions": [
-            {"name": "requests-gpu", "expression": gpu_request_condition(config)},
-            {"name": "not-bound", "expression": cel.UNBOUND},
-        ],
-        "variables": [
-            {"name": n, "expression": e}
-            for n, e in cel.routing_variables(config, toleration).items()
-        ],
-        "mutations": [
-            {"patchType": "JSONPatch", "jsonPatch": {"expression": e}}
-            for e in cel.routing_mutations(toleration)
-        ],
-    }
-
-
-def routing_binding_spec(
-    policy_name: Any = GATE_NAME, *, gate_namespace: str = DEFAULT_GATE_NAMESPACE
-) -> dict[str, Any]:
-    """The MutatingAdmissionPolicyBinding: route everywhere but in excluded_namespaces()."""
-    return {
-        "policyName": policy_name,
-        "matchResources": {"namespaceSelector": namespace_selector(gate_namespace)},
-    }
-
-
-class OpaGateSettings(Settings):
-    """The gate that keeps GPU pods on the binpack scheduler (the stack config's admission)."""
-
-    engine: Annotated[AdmissionEngine, choice(ADMISSION_ENGINES)] = ROUTING_ENGINE
-    """`mutating-admission-policy` (native, Kubernetes v1.36+: GPU pods that leave
-    spec.schedulerName unset are routed to the binpack scheduler and given the pool's
-    toleration; only what cannot be routed is refused), `validating-admission-policy`
-    (native, refuses GPU pods off the binpack scheduler) or `opa` (webhook, refuses them
-    too). The native engines need no server."""
-    failure_policy: Annotated[FailurePolicy, choice(FAILURE_POLICIES)] = "Fail"
-    """Fail: a GPU pod is refused while the gate cannot answer. Ignore: it is admitted."""
-    timeout_seconds: Annotated[int, between(1, 30)] = 5
-    """Webhook timeout in seconds (the API server allows 1-30)."""
-    replicas: Annotated[int, between(1, 5)] = 2
-    """OPA replicas (engine opa)."""
-    gate_extended_resources: Annotated[bool, BOOL] = True
-    """Also gate the extended resources this stack advertises (extendedResources)."""
 
 
 class OpaGateArgs(OpaGateSettings):
@@ -465,33 +137,23 @@ class OpaGate(pulumi.ComponentResource):
         self._name = name
         self._args = args
         self._child = pulumi.ResourceOptions(parent=self, provider=args.access.provider)
-        self._labels = {
-            "app.kubernetes.io/name": "gpu-scheduler-gate",
-            "app.kubernetes.io/part-of": "gpu-cluster",
-        }
 
         namespace = k8s.core.v1.Namespace(
-            f"{name}-namespace",
-            metadata={"name": args.namespace, "labels": self._labels},
-            opts=self._child,
+            f"{name}-namespace", metadata=gate_metadata(args.namespace), opts=self._child
         )
-        gated = args.gpu_resources if args.gate_extended_resources else ()
-        config = pulumi.Output.all(args.scheduler_name, gated).apply(
-            lambda v: gate_data(
-                v[0],
-                [*args.device_resources, *v[1]],
-                args.gpu_resource_prefixes,
-                operator_pods=args.operator_pods,
-            )
+        # The namespaces the gate excludes exist before any gate object does.
+        self._exclusions: list[pulumi.Resource] = [namespace]
+        self._after_exclusions = pulumi.ResourceOptions.merge(
+            self._child, pulumi.ResourceOptions(depends_on=self._exclusions)
         )
-        exclusions: list[pulumi.Resource] = [namespace]
+        config = self._gate_data()
         if args.engine == "opa":
-            ca_pem, not_after, policy_name = self._opa(config, exclusions)
+            ca_pem, not_after, policy_name = self._opa(config)
         else:
             ca_pem = not_after = pulumi.Output.from_input("")
-            policy_name = self._native(config, exclusions)
+            policy_name = self._native(config)
             if args.engine == ROUTING_ENGINE:
-                self._routing(config, exclusions)
+                self._routing(config)
 
         self.engine = pulumi.Output.from_input(args.engine)
         self.namespace = namespace.metadata.apply(lambda _: args.namespace)
@@ -508,12 +170,39 @@ class OpaGate(pulumi.ComponentResource):
             }
         )
 
-    # ------------------------------------------------------------------ helpers
+    def _gate_data(self) -> pulumi.Output[dict[str, Any]]:
+        """gate_data() of the scheduler's name and every resource the settings gate."""
+        args = self._args
+        gated = args.gpu_resources if args.gate_extended_resources else ()
+        return pulumi.Output.all(args.scheduler_name, gated).apply(
+            lambda v: gate_data(
+                v[0],
+                [*args.device_resources, *v[1]],
+                args.gpu_resource_prefixes,
+                operator_pods=args.operator_pods,
+            )
+        )
 
-    def _meta(self, name: str, **extra: Any) -> dict[str, Any]:
-        return {"name": name, "namespace": self._args.namespace, "labels": self._labels, **extra}
+    def _meta(self, name: str) -> dict[str, Any]:
+        return gate_metadata(name, self._args.namespace)
 
     # ------------------------------------------------------------------ engine: opa
+
+    def _opa(
+        self, config: pulumi.Output[dict[str, Any]]
+    ) -> tuple[pulumi.Output[str], pulumi.Output[str], pulumi.Output[str]]:
+        """OPA behind a webhook: certificates, OPA's files and pods, its Service, the webhook."""
+        key, ca, cert = self._certificates(OPA_NAME)
+        pod_spec = self._opa_pod(config, key, cert)
+        deployment = self._opa_deployment(config, cert, pod_spec)
+        service = k8s.core.v1.Service(
+            f"{self._name}-service",
+            metadata=self._meta(OPA_NAME),
+            spec=opa_service_spec(),
+            opts=self._after_exclusions,
+        )
+        webhook = self._webhook(config, ca, service, deployment)
+        return ca.cert_pem, cert.validity_end_time, webhook.metadata.apply(lambda m: m.name)
 
     def _certificates(
         self, service: str
@@ -534,7 +223,7 @@ class OpaGate(pulumi.ComponentResource):
         key = tls.PrivateKey(
             f"{name}-serving-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child
         )
-        dns_names = [f"{service}.{ns}.svc", f"{service}.{ns}.svc.cluster.local"]
+        dns_names = serving_dns_names(service, ns)
         request = tls.CertRequest(
             f"{name}-serving-csr",
             private_key_pem=key.private_key_pem,
@@ -555,148 +244,90 @@ class OpaGate(pulumi.ComponentResource):
         )
         return key, ca, cert
 
-    def _opa(
-        self, config: pulumi.Output[dict[str, Any]], exclusions: list[pulumi.Resource]
-    ) -> tuple[pulumi.Output[str], pulumi.Output[str], pulumi.Output[str]]:
-        name, args, child = self._name, self._args, self._child
-        service_name = "opa"
-        key, ca, cert = self._certificates(service_name)
+    def _opa_pod(
+        self,
+        config: pulumi.Output[dict[str, Any]],
+        key: tls.PrivateKey,
+        cert: tls.LocallySignedCert,
+    ) -> dict[str, Any]:
+        """OPA's pod spec, once what it mounts and runs as exists."""
+        name, args, after = self._name, self._args, self._after_exclusions
         serving = k8s.core.v1.Secret(
             f"{name}-serving",
-            metadata=self._meta("opa-serving"),
+            metadata=self._meta(OPA_SERVING_SECRET),
             type="kubernetes.io/tls",
             string_data={"tls.crt": cert.cert_pem, "tls.key": key.private_key_pem},
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
+            opts=after,
         )
-        policy_map = k8s.core.v1.ConfigMap(
+        policies = k8s.core.v1.ConfigMap(
             f"{name}-policies",
-            metadata=self._meta("opa-policies"),
+            metadata=self._meta(OPA_POLICIES_CONFIGMAP),
             data=policy_files(args.policies),
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
+            opts=after,
         )
         gate_config = k8s.core.v1.ConfigMap(
             f"{name}-config",
-            metadata=self._meta("gpu-gate-config"),
-            data={GATE_CONFIG_FILE: config.apply(lambda c: json.dumps(c, sort_keys=True))},
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
+            metadata=self._meta(GATE_CONFIGMAP),
+            data={GATE_CONFIG_FILE: config.apply(gate_config_json)},
+            opts=after,
         )
         # OPA reads only its mounted files: its identity needs no API access and no token.
         account = k8s.core.v1.ServiceAccount(
             f"{name}-sa",
-            metadata=self._meta("opa"),
+            metadata=self._meta(OPA_NAME),
             automount_service_account_token=False,
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
+            opts=after,
         )
-        selector = {"app.kubernetes.io/name": "opa"}
-        https = {"scheme": "HTTPS", "port": OPA_PORT}
-        pod_spec: Any = {
-            "serviceAccountName": account.metadata.name,
-            "automountServiceAccountToken": False,
-            # Scheduled, and kept, ahead of ordinary workloads: GPU pods wait on it.
-            "priorityClassName": OPA_PRIORITY_CLASS,
-            "affinity": opa_affinity(selector),
-            "securityContext": {
-                "runAsNonRoot": True,
-                "runAsUser": 1000,
-                "seccompProfile": {"type": "RuntimeDefault"},
-            },
-            "containers": [
-                {
-                    "name": "opa",
-                    "image": args.opa_image,
-                    "args": opa_run_args(),
-                    "ports": [{"name": "https", "containerPort": OPA_PORT}],
-                    "readinessProbe": {
-                        "httpGet": {**https, "path": "/health/ready"},
-                        "periodSeconds": 5,
-                    },
-                    "livenessProbe": {
-                        "httpGet": {**https, "path": "/health/live"},
-                        "initialDelaySeconds": 10,
-                        "periodSeconds": 10,
-                    },
-                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
-                    "securityContext": {
-                        "allowPrivilegeEscalation": False,
-                        "readOnlyRootFilesystem": True,
-                        "capabilities": {"drop": ["ALL"]},
-                    },
-                    "volumeMounts": [
-                        {"name": "certs", "mountPath": "/certs", "readOnly": True},
-                        {"name": "policies", "mountPath": "/policies", "readOnly": True},
-                        {"name": "config", "mountPath": "/config", "readOnly": True},
-                    ],
-                },
-            ],
-            "volumes": [
-                {"name": "certs", "secret": {"secretName": serving.metadata.name}},
-                {"name": "policies", "configMap": {"name": policy_map.metadata.name}},
-                {"name": "config", "configMap": {"name": gate_config.metadata.name}},
-            ],
-        }
+        return opa_pod_spec(
+            args.opa_image,
+            service_account=account.metadata.name,
+            serving_secret=serving.metadata.name,
+            policies_configmap=policies.metadata.name,
+            config_configmap=gate_config.metadata.name,
+        )
+
+    def _opa_deployment(
+        self,
+        config: pulumi.Output[dict[str, Any]],
+        cert: tls.LocallySignedCert,
+        pod_spec: dict[str, Any],
+    ) -> k8s.apps.v1.Deployment:
+        """OPA's Deployment, rolled by a change of what it reads, and its disruption budget."""
+        name, args, after = self._name, self._args, self._after_exclusions
+        checksum = pulumi.Output.all(cert.cert_pem, config, policy_files(args.policies)).apply(
+            lambda v: inputs_checksum(v[0], v[1], v[2])
+        )
         deployment = k8s.apps.v1.Deployment(
             f"{name}-opa",
-            metadata=self._meta("opa"),
-            spec={
-                "replicas": args.replicas,
-                "selector": {"matchLabels": selector},
-                "template": {
-                    "metadata": {
-                        "labels": {**self._labels, **selector},
-                        # OPA reads its files once: new certificates, policies or config
-                        # roll the Deployment.
-                        "annotations": {
-                            "gpu-cluster.io/inputs-sha256": pulumi.Output.all(
-                                cert.cert_pem, config, policy_files(args.policies)
-                            ).apply(
-                                lambda v: hashlib.sha256(
-                                    json.dumps(v, sort_keys=True).encode()
-                                ).hexdigest()
-                            )
-                        },
-                    },
-                    "spec": pod_spec,
-                },
-            },
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
+            metadata=self._meta(OPA_NAME),
+            spec=opa_deployment_spec(args.replicas, pod_spec, checksum),
+            opts=after,
         )
-        budget = opa_disruption_budget(args.replicas, selector)
+        budget = opa_disruption_budget(args.replicas, OPA_SELECTOR)
         if budget is not None:
             k8s.policy.v1.PodDisruptionBudget(
-                f"{name}-opa-budget",
-                metadata=self._meta("opa"),
-                spec=budget,
-                opts=pulumi.ResourceOptions.merge(
-                    child, pulumi.ResourceOptions(depends_on=exclusions)
-                ),
+                f"{name}-opa-budget", metadata=self._meta(OPA_NAME), spec=budget, opts=after
             )
-        service = k8s.core.v1.Service(
-            f"{name}-service",
-            metadata=self._meta(service_name),
-            spec={
-                "selector": selector,
-                "ports": [{"name": "https", "port": 443, "targetPort": OPA_PORT}],
-            },
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
-        )
-        # Registered last: only once the Deployment is ready (its readiness means the
-        # policy is loaded).
-        webhook = k8s.admissionregistration.v1.ValidatingWebhookConfiguration(
-            f"{name}-webhook",
-            metadata={"name": GATE_NAME, "labels": self._labels},
+        return deployment
+
+    def _webhook(
+        self,
+        config: pulumi.Output[dict[str, Any]],
+        ca: tls.SelfSignedCert,
+        service: k8s.core.v1.Service,
+        deployment: k8s.apps.v1.Deployment,
+    ) -> k8s.admissionregistration.v1.ValidatingWebhookConfiguration:
+        """The webhook, registered last: only once the Deployment is ready (its readiness
+        means the policy is loaded)."""
+        args = self._args
+        return k8s.admissionregistration.v1.ValidatingWebhookConfiguration(
+            f"{self._name}-webhook",
+            metadata=gate_metadata(GATE_NAME),
             webhooks=pulumi.Output.all(config, ca.cert_pem, service.metadata.name).apply(
                 lambda v: [
                     webhook_spec(
                         config=v[0],
-                        client_config={
-                            "caBundle": base64.b64encode(v[1].encode()).decode(),
-                            "service": {
-                                "namespace": args.namespace,
-                                "name": v[2],
-                                "path": "/",
-                                "port": 443,
-                            },
-                        },
+                        client_config=webhook_client_config(v[1], args.namespace, v[2]),
                         gate_namespace=args.namespace,
                         failure_policy=args.failure_policy,
                         timeout_seconds=args.timeout_seconds,
@@ -704,40 +335,37 @@ class OpaGate(pulumi.ComponentResource):
                 ]
             ),
             opts=pulumi.ResourceOptions.merge(
-                child, pulumi.ResourceOptions(depends_on=[deployment, service, *exclusions])
+                self._child,
+                pulumi.ResourceOptions(depends_on=[deployment, service, *self._exclusions]),
             ),
         )
-        return ca.cert_pem, cert.validity_end_time, webhook.metadata.apply(lambda m: m.name)
 
     # ------------------------------------------------------------------ engine: native
 
-    def _native(
-        self, config: pulumi.Output[dict[str, Any]], exclusions: list[pulumi.Resource]
-    ) -> pulumi.Output[str]:
-        name, args, child = self._name, self._args, self._child
+    def _native(self, config: pulumi.Output[dict[str, Any]]) -> pulumi.Output[str]:
+        """The ValidatingAdmissionPolicy and its binding: refuse GPU pods off the scheduler."""
+        name, args = self._name, self._args
         policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
             f"{name}-policy",
-            metadata={"name": GATE_NAME, "labels": self._labels},
+            metadata=gate_metadata(GATE_NAME),
             spec=config.apply(
                 lambda c: admission_policy_spec(
                     c, args.failure_policy, gate_namespace=args.namespace
                 )
             ),
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
+            opts=self._after_exclusions,
         )
         binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
             f"{name}-binding",
-            metadata={"name": GATE_NAME, "labels": self._labels},
+            metadata=gate_metadata(GATE_NAME),
             spec=admission_policy_binding_spec(policy.metadata.name, gate_namespace=args.namespace),
-            opts=child,
+            opts=self._child,
         )
         return binding.metadata.apply(lambda m: m.name)
 
-    def _routing(
-        self, config: pulumi.Output[dict[str, Any]], exclusions: list[pulumi.Resource]
-    ) -> None:
+    def _routing(self, config: pulumi.Output[dict[str, Any]]) -> None:
         """Route GPU pods before the ValidatingAdmissionPolicy judges them."""
-        name, args, child = self._name, self._args, self._child
+        name, args = self._name, self._args
         # admissionregistration.k8s.io/v1 (Kubernetes v1.36) is newer than the kubernetes SDK's
         # generated types, so the objects are declared by apiVersion and kind; the provider
         # applies them like any other kind.
@@ -745,21 +373,21 @@ class OpaGate(pulumi.ComponentResource):
             f"{name}-routing",
             api_version="admissionregistration.k8s.io/v1",
             kind="MutatingAdmissionPolicy",
-            metadata={"name": GATE_NAME, "labels": self._labels},
+            metadata=gate_metadata(GATE_NAME),
             spec=pulumi.Output.all(config, args.pool_toleration).apply(
                 lambda v: routing_policy_spec(
                     v[0], v[1], args.failure_policy, gate_namespace=args.namespace
                 )
             ),
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=exclusions)),
+            opts=self._after_exclusions,
         )
         k8s.apiextensions.CustomResource(
             f"{name}-routing-binding",
             api_version="admissionregistration.k8s.io/v1",
             kind="MutatingAdmissionPolicyBinding",
-            metadata={"name": GATE_NAME, "labels": self._labels},
+            metadata=gate_metadata(GATE_NAME),
             spec=routing_binding_spec(
                 policy.metadata.apply(lambda m: m["name"]), gate_namespace=args.namespace
             ),
-            opts=child,
+            opts=self._child,
         )

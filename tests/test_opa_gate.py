@@ -15,19 +15,18 @@ import pytest
 from components import OpaGate, OpaGateArgs
 from components.binpack_scheduler import is_gpu_resource
 from components.gpu_operator import GpuOperatorSettings, OperatorPods
-from components.opa_gate import (
-    DEFAULT_GATE_NAMESPACE,
+from components.opa_gate_manifests import (
     admission_policy_binding_spec,
     admission_policy_spec,
     gate_data,
     gpu_request_condition,
-    load_policies,
     namespace_selector,
     opa_run_args,
     routing_binding_spec,
     routing_policy_spec,
     webhook_condition,
 )
+from components.opa_gate_settings import DEFAULT_GATE_NAMESPACE, load_policies
 from tests.conftest import Recording, component_access, register
 
 WEBHOOK = "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration"

@@ -31,15 +31,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from components.gpu_operator import GpuOperatorSettings
-from components.opa_gate import (
+from components.opa_gate_manifests import (
     GATE_CONFIG_FILE,
-    GATE_NAME,
     OPA_PRIORITY_CLASS,
-    WEBHOOK_NAME,
     admission_policy_binding_spec,
     admission_policy_spec,
     gate_data,
-    load_policies,
     opa_affinity,
     opa_disruption_budget,
     opa_run_args,
@@ -48,6 +45,7 @@ from components.opa_gate import (
     routing_policy_spec,
     webhook_spec,
 )
+from components.opa_gate_settings import GATE_NAME, WEBHOOK_NAME, load_policies
 from tests.gate_samples import Identity, Sample, load_samples
 from tests.integration.conftest import built_tool
 from tools.harness import LocalControlPlane, ManagedProcess, free_port
