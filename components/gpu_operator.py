@@ -51,6 +51,15 @@ TOKEN = "gpu-cluster:index:GpuOperator"
 RELEASE_NAME = "gpu-operator"
 
 
+class GpuOperatorArgs(GpuOperatorSettings):
+    """Inputs of GpuOperator: its settings, plus the cluster and the pool's taint."""
+
+    access: Annotated[ClusterAccess, Runtime()]
+    """Cluster provider."""
+    taint: Annotated[pulumi.Output[dict[str, str]] | Mapping[str, str], Runtime()]
+    """The GPU pool's taint {key, value, effect} (TaintedGpuPool.taint); tolerations come from it."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class DcgmTarget:
     """Where the operator's dcgm-exporter can be scraped (for exactly one ServiceMonitor)."""
@@ -61,15 +70,6 @@ class DcgmTarget:
     """Labels of the dcgm-exporter Service."""
     port: str = DCGM_PORT_NAME
     """Name of the Service port serving /metrics."""
-
-
-class GpuOperatorArgs(GpuOperatorSettings):
-    """Inputs of GpuOperator: its settings, plus the cluster and the pool's taint."""
-
-    access: Annotated[ClusterAccess, Runtime()]
-    """Cluster provider."""
-    taint: Annotated[pulumi.Output[dict[str, str]] | Mapping[str, str], Runtime()]
-    """The GPU pool's taint {key, value, effect} (TaintedGpuPool.taint); tolerations come from it."""
 
 
 class GpuOperator(pulumi.ComponentResource):
