@@ -28,8 +28,8 @@ from components.cluster_access import ClusterAccess
 from components.control_plane_features import ControlPlaneFeaturesArgs
 from components.control_plane_settings import ControlPlaneSettings
 from components.extended_resource_node import ExtendedResourcesSettings
-from components.gpu_operator import GpuOperatorSettings
-from components.monitoring_stack import MonitoringStackSettings
+from components.gpu_operator_settings import GpuOperatorSettings
+from components.monitoring_stack_settings import MonitoringStackSettings
 from components.opa_gate import OpaGateArgs
 from components.opa_gate_settings import (
     ADMISSION_ENGINES,

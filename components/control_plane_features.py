@@ -23,51 +23,26 @@ host regenerated from it (the `-guard-` commands run first on `up` and last on d
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import pulumi
-import yaml
 from pulumi_command import remote
 
 from components.cluster_access import ClusterAccess
+from components.control_plane_commands import (
+    control_plane_command,
+    guard_commands,
+    kubelet_command,
+    stack_directory,
+)
 from components.providers.kubeadm_config import KubeadmConfig
 
 TOKEN = "gpu-cluster:index:ControlPlaneFeatures"
 
-SCRIPT = Path(__file__).resolve().parent / "hostscripts" / "kubeadm.sh"
-"""The host side: a few kubeadm commands and the hand-edit check (POSIX sh)."""
-
 DEFAULT_STATE_DIR = "/etc/kubernetes/gpu-cluster"
 """Where hosts keep each stack's kubelet patches and record (a directory per stack)."""
-
-ADMISSION_PLUGINS_FILE = Path(__file__).resolve().parent / "admission-plugins.yaml"
-"""Admission plugin names per Kubernetes minor, written by tools/admission_plugins.py from
-`kube-apiserver --help` (an unknown name stops the API server, so config refuses it first)."""
-
-
-def _minor(version: str) -> int | None:
-    match = re.match(r"^v?1\.(\d+)(\.|$)", version)
-    return int(match.group(1)) if match else None
-
-
-def admission_plugins_for(version: str) -> tuple[str, tuple[str, ...]]:
-    """(kube-apiserver version the names came from, the names) for `version`'s minor.
-
-    A minor with no generated list gets the nearest one (the caller says so).
-    """
-    table: dict[str, Any] = yaml.safe_load(ADMISSION_PLUGINS_FILE.read_text())
-    wanted = _minor(version)
-    minors = {int(k.split(".")[1]): k for k in table}
-    best = max(minors) if wanted is None else min(minors, key=lambda m: (abs(m - wanted), -m))
-    entry = table[minors[best]]
-    return str(entry["version"]), tuple(entry["plugins"])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,20 +124,6 @@ class ControlPlaneFeaturesArgs:
                 raise ValueError(f"feature_gates.{gate}: got {value!r}; expected true or false")
 
 
-def host_command(action: str, variables: Mapping[str, str | int]) -> str:
-    """The remote command: kubeadm.sh ACTION with `variables`, as root (sudo -n unless root)."""
-    assigns = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in variables.items())
-    script = shlex.quote(SCRIPT.read_text())
-    return (
-        'if [ "$(id -u)" -eq 0 ]; then S=""; else S="sudo -n"; fi; '
-        f"$S env {assigns} sh -c {script} kubeadm.sh {action}"
-    )
-
-
-def _gate_items(gates: Mapping[str, bool]) -> str:
-    return ",".join(f"{g}={str(v).lower()}" for g, v in sorted(gates.items()))
-
-
 class ControlPlaneFeatures(pulumi.ComponentResource):
     """Enables admission plugins and feature gates on a kubeadm cluster with kubeadm itself."""
 
@@ -182,101 +143,92 @@ class ControlPlaneFeatures(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(TOKEN, name, None, opts)
-        stack_dir = f"{args.state_dir.rstrip('/')}/{args.stack}"
-        chain: list[pulumi.Resource] = []
-
-        def connection(host: RemoteHost) -> remote.ConnectionArgs:
-            return remote.ConnectionArgs(
-                host=host.address,
-                port=args.ssh.port,
-                user=args.ssh.user,
-                private_key=args.ssh.private_key,
-                host_key=host.host_key,
-            )
-
-        def command(
-            suffix: str,
-            host: RemoteHost,
-            create: pulumi.Input[str] | None,
-            delete: pulumi.Input[str] | None = None,
-        ) -> None:
-            cmd = remote.Command(
-                f"{name}-{suffix}-{host.name}",
-                connection=connection(host),
-                create=create,
-                # Re-running converges (kubeadm renders from the configuration), so a changed
-                # configuration runs the same command in place instead of a replacement.
-                update=create,
-                delete=delete,
-                opts=pulumi.ResourceOptions(
-                    parent=self,
-                    # One host at a time: each waits for the previous (the first for the claim).
-                    depends_on=chain[-1:] or args.access.after(opts),
-                    delete_before_replace=True,
-                    # A renamed host keeps its commands (no delete over SSH on the old name).
-                    aliases=[
-                        pulumi.Alias(name=f"{name}-{suffix}-{old}") for old in host.previous_names
-                    ],
-                ),
-            )
-            chain.append(cmd)
-
+        self._name = name
+        self._args = args
+        # One host at a time: each step waits for the previous (the first for the claim).
+        self._chain: list[pulumi.Resource] = []
+        self._first = args.access.after(opts)
+        stack_dir = stack_directory(args.state_dir, args.stack)
         plugins = list(args.admission_plugins)
+
         # Created first and deleted last: on `up` they refuse hand-edited manifests before the
         # ConfigMap changes; on destroy they regenerate each host once the ConfigMap is back.
         for host in args.control_plane_hosts:
-            command(
-                "guard",
-                host,
-                host_command("check", {"STACK_DIR": stack_dir}),
-                host_command("control-plane", {"STACK_DIR": stack_dir}),
-            )
+            self._command("guard", host, *guard_commands(stack_dir))
 
         config = KubeadmConfig(
             f"{name}-kubeadm-config",
             stack=args.stack,
             admission_plugins=plugins,
             feature_gates=dict(args.feature_gates),
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=chain[-1:] or args.access.after(opts)
-            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=self._previous()),
         )
-        chain.append(config)
+        self._chain.append(config)
 
-        def regenerate(gates: Mapping[str, bool], added: Mapping[str, Any]) -> str:
-            ours = " ".join(sorted({*plugins, *gates}))
-            # Any change to what the ConfigMap carries for this stack re-runs the phase.
-            state = {"plugins": plugins, "gates": dict(gates), "added": added}
-            digest = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
-            return host_command(
-                "control-plane", {"STACK_DIR": stack_dir, "OURS": ours, "CONFIG": digest[:16]}
-            )
-
-        control_plane_command = pulumi.Output.all(config.gates, config.added).apply(
-            lambda v: regenerate(v[0] or {}, v[1] or {})
+        regenerate = pulumi.Output.all(config.gates, config.added).apply(
+            lambda v: control_plane_command(stack_dir, plugins, v[0] or {}, v[1] or {})
         )
         for host in args.control_plane_hosts:
-            command("control-plane", host, control_plane_command)
+            self._command("control-plane", host, regenerate)
 
-        kubelet_vars: dict[str, str | int] = {
-            "STACK_DIR": stack_dir,
-            "TIMEOUT": args.ready_timeout_seconds,
-        }
-
-        def kubelet_command(action: str) -> pulumi.Output[str]:
-            # The removal gets the gates too: it takes them out even when the host's patch
-            # is gone, comparing with what the kubelet runs with.
+        def kubelet(action: str) -> pulumi.Output[str]:
             return config.gates.apply(
-                lambda g: host_command(action, {**kubelet_vars, "GATES": _gate_items(g or {})})
+                lambda g: kubelet_command(action, stack_dir, args.ready_timeout_seconds, g or {})
             )
 
         for host in args.kubelet_hosts if args.feature_gates else ():
-            command("kubelet", host, kubelet_command("kubelet"), kubelet_command("kubelet-remove"))
+            self._command("kubelet", host, kubelet("kubelet"), kubelet("kubelet-remove"))
 
+        self._publish(config, plugins)
+
+    def _previous(self) -> list[pulumi.Resource]:
+        """depends_on of the next step: the last one, or for the first what it waits for."""
+        return self._chain[-1:] or self._first
+
+    def _command(
+        self,
+        suffix: str,
+        host: RemoteHost,
+        create: pulumi.Input[str] | None,
+        delete: pulumi.Input[str] | None = None,
+    ) -> None:
+        """One step on one host, after the previous step."""
+        ssh = self._args.ssh
+        cmd = remote.Command(
+            f"{self._name}-{suffix}-{host.name}",
+            connection=remote.ConnectionArgs(
+                host=host.address,
+                port=ssh.port,
+                user=ssh.user,
+                private_key=ssh.private_key,
+                host_key=host.host_key,
+            ),
+            create=create,
+            # Re-running converges (kubeadm renders from the configuration), so a changed
+            # configuration runs the same command in place instead of a replacement.
+            update=create,
+            delete=delete,
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=self._previous(),
+                delete_before_replace=True,
+                # A renamed host keeps its commands (no delete over SSH on the old name).
+                aliases=[
+                    pulumi.Alias(name=f"{self._name}-{suffix}-{old}") for old in host.previous_names
+                ],
+            ),
+        )
+        self._chain.append(cmd)
+
+    def _publish(self, config: KubeadmConfig, plugins: list[str]) -> None:
+        """Set and register the outputs, once every step has run."""
+        args = self._args
         touched = [h.name for h in args.control_plane_hosts]
         if args.feature_gates:
             touched += [h.name for h in args.kubelet_hosts if h.name not in touched]
-        done = pulumi.Output.all(*(r.id for r in chain if isinstance(r, pulumi.CustomResource)))
+        done = pulumi.Output.all(
+            *(r.id for r in self._chain if isinstance(r, pulumi.CustomResource))
+        )
         self.hosts = done.apply(lambda _: list(touched))
         self.admission_plugins = done.apply(lambda _: list(plugins))
         self.feature_gates = config.gates.apply(lambda g: dict(g or {}))

@@ -15,13 +15,13 @@ import pulumi
 from pydantic import AfterValidator, Field, field_validator
 from pydantic import ValidationInfo as FieldInfo
 
+from components.admission_plugins import admission_plugins_for
 from components.cluster_access import ClusterAccess
 from components.control_plane_features import (
     DEFAULT_STATE_DIR,
     ControlPlaneFeaturesArgs,
     RemoteHost,
     SshAccess,
-    admission_plugins_for,
 )
 from components.feature_gates import unknown_gate_problem
 from components.settings import (

@@ -29,227 +29,32 @@
 
 from __future__ import annotations
 
-import json
-import re
-from datetime import datetime
-from pathlib import Path
 from typing import Annotated, Any, Self
 
 import pulumi
 import pulumi_kubernetes as k8s
-import yaml
-from pydantic import Field, ValidationInfo, model_validator
+from pydantic import Field, model_validator
 
 from components.cluster_access import ClusterAccess
-from components.gpu_operator import WHOLE_GPU, DcgmTarget, GpuResources, deep_merge
-from components.settings import (
-    BOOL,
-    HELM_REPOSITORY,
-    NAMESPACE,
-    PROMETHEUS_DURATION,
-    Runtime,
-    Settings,
-    chart_version,
-    context_value,
-    free_values,
-    helm_chart,
-    is_dns1123_subdomain,
-    problem,
-    text,
+from components.gpu_operator import DcgmTarget
+from components.gpu_resources import WHOLE_GPU, GpuResources
+from components.monitoring_stack_manifests import (
+    GATE_ALERTS_RULE,
+    dashboard_config_map,
+    dcgm_service_monitor,
+    gate_rule_groups,
+    gpu_alerts_rule,
+    gpu_dashboard,
+    grafana_admin_secret,
+    monitoring_namespace,
+    prometheus_rule,
+    stack_values,
 )
+from components.monitoring_stack_settings import MonitoringStackSettings
+from components.settings import Runtime, helm_chart
 
 TOKEN = "gpu-cluster:index:MonitoringStack"
-
-DEFAULT_REPOSITORY = "https://prometheus-community.github.io/helm-charts"
-DEFAULT_VERSION = "88.2.0"
 RELEASE_NAME = "kube-prometheus-stack"
-HERE = Path(__file__).resolve().parent
-DASHBOARD_FILE = HERE / "dashboards" / "gpu.json"
-RULES_FILE = HERE / "alerts" / "gpu.rules.yaml"
-GATE_RULES_FILE = HERE / "alerts" / "gate.rules.yaml"
-# The expiry of OPA's serving certificate, published by the stack (gate_rule_groups).
-CERT_NOT_AFTER_METRIC = "gpu_cluster:opa_serving_cert_not_after:timestamp_seconds"
-DASHBOARD_LABEL = "grafana_dashboard"
-GRAFANA_USER_KEY = "admin-user"
-GRAFANA_PASSWORD_KEY = "admin-password"
-# The job label of dcgm-exporter's series (set by dcgm_endpoint): the absence alerts select it.
-DCGM_JOB = "dcgm-exporter"
-# Placeholders in gpu.rules.yaml, filled in by rule_groups(): PromQL has no variables.
-GPU_RESOURCES_PLACEHOLDER = "$gpu_resources"
-DCGM_JOB_PLACEHOLDER = "$dcgm_job"
-_PLACEHOLDER = re.compile(r"\$[A-Za-z_]")
-# The rule group on missing dcgm-exporter data: deployed only when the stack scrapes it.
-DCGM_ABSENCE_GROUP = "gpu-cluster.gpu.absent"
-# The dashboard's constant variable holding the same regex (panels use $gpu_resources).
-DASHBOARD_RESOURCES_VARIABLE = "gpu_resources"
-# kube-state-metrics turns a resource name into a label value by replacing every character
-# outside [a-zA-Z0-9_] with `_`: nvidia.com/mig-1g.10gb -> nvidia_com_mig_1g_10gb.
-# Ref: https://github.com/kubernetes/kube-state-metrics/blob/main/internal/store/utils.go (sanitizeLabelName)
-_KSM_INVALID = re.compile(r"[^a-zA-Z0-9_]")
-
-
-def kube_state_metrics_resource(name: str) -> str:
-    """A Kubernetes resource name as kube-state-metrics exports it in its `resource` label."""
-    return _KSM_INVALID.sub("_", name)
-
-
-def gpu_resource_regex(resources: GpuResources) -> str:
-    """The regex (Prometheus: anchored RE2) matching the `resource` label of every GPU
-    resource: each exact name, and each prefix (MIG profiles) followed by anything.
-
-    Sanitised names hold only [a-zA-Z0-9_], so nothing needs escaping.
-    """
-    names = [kube_state_metrics_resource(n) for n in resources.names]
-    names += [kube_state_metrics_resource(p) + ".+" for p in resources.prefixes]
-    return "|".join(dict.fromkeys(names))
-
-
-def load_dashboard(path: Path = DASHBOARD_FILE) -> dict[str, Any]:
-    """The GPU dashboard (Grafana JSON model) as written, with its default resource regex."""
-    return dict(json.loads(path.read_text()))
-
-
-def gpu_dashboard(resources: GpuResources, path: Path = DASHBOARD_FILE) -> dict[str, Any]:
-    """The GPU dashboard as deployed: its hidden constant variable `gpu_resources` holds the
-    regex of `resources`, which the panels and the node variable select with."""
-    dashboard = load_dashboard(path)
-    (variable,) = [
-        v for v in dashboard["templating"]["list"] if v["name"] == DASHBOARD_RESOURCES_VARIABLE
-    ]
-    variable["query"] = gpu_resource_regex(resources)
-    return dashboard
-
-
-def load_rule_groups(path: Path = RULES_FILE) -> list[dict[str, Any]]:
-    """The alert rule groups, in Prometheus rule-file form (also a PrometheusRule's spec)."""
-    return list(yaml.safe_load(path.read_text())["groups"])
-
-
-def rule_groups(
-    resources: GpuResources, *, dcgm_scraped: bool = True, path: Path = RULES_FILE
-) -> list[dict[str, Any]]:
-    """gpu.rules.yaml as deployed: $gpu_resources and $dcgm_job filled in, and the group on
-    missing dcgm-exporter data left out when nothing scrapes dcgm-exporter (it would fire for
-    good)."""
-    values = {
-        GPU_RESOURCES_PLACEHOLDER: gpu_resource_regex(resources),
-        DCGM_JOB_PLACEHOLDER: DCGM_JOB,
-    }
-    groups = []
-    for group in load_rule_groups(path):
-        if group["name"] == DCGM_ABSENCE_GROUP and not dcgm_scraped:
-            continue
-        for rule in group["rules"]:
-            expr = str(rule["expr"])
-            for placeholder, value in values.items():
-                expr = expr.replace(placeholder, value)
-            if _PLACEHOLDER.search(expr):
-                raise ValueError(f"{path.name}: unknown placeholder left in {expr!r}")
-            rule["expr"] = expr
-        groups.append(group)
-    return groups
-
-
-def gate_rule_groups(not_after: str) -> list[dict[str, Any]]:
-    """gate.rules.yaml's alerts, after a recording rule that publishes `not_after`.
-
-    `not_after` is OpaGate's serving_cert_not_after (RFC 3339); the recording rule turns it
-    into CERT_NOT_AFTER_METRIC (Unix seconds), which the alerts compare with time(). A renewed
-    certificate changes the rule on the same `pulumi up`.
-    """
-    epoch = int(datetime.fromisoformat(not_after.replace("Z", "+00:00")).timestamp())
-    published = {
-        "name": "gpu-cluster.gate.published",
-        "rules": [
-            {
-                "record": CERT_NOT_AFTER_METRIC,
-                "expr": f"vector({epoch})",
-                "labels": {"certificate": "opa-serving"},
-            }
-        ],
-    }
-    return [published, *load_rule_groups(GATE_RULES_FILE)]
-
-
-def dcgm_endpoint(port: str, interval: str) -> dict[str, Any]:
-    """The scrape endpoint for dcgm-exporter.
-
-    dcgm-exporter puts namespace/pod/container on a GPU's series when a pod uses the GPU (the
-    kubelet's pod-resources API) and nothing on an idle GPU's. With honorLabels true Prometheus
-    filled the missing ones in from the target, so idle GPUs showed up as the exporter's own
-    pod; with honorLabels false (here) every series carries the exporter pod's labels and the
-    workload's are renamed exported_namespace/exported_pod/exported_container, which only
-    GPUs in use have. The dashboard and the alerts read the workload from exported_*.
-    dcgm-exporter's Hostname label is the exporter pod's name, not the node's, so it is dropped
-    and `node` comes from the pod's node name. The job is DCGM_JOB rather than the Service's
-    name, for the alerts on its absence.
-    # Ref: https://github.com/prometheus/prometheus/blob/v3.15.0/scrape/scrape.go (mutateSampleLabels)
-    # Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-telemetry/latest/kube-prometheus.html
-    """
-    return {
-        "port": port,
-        "path": "/metrics",
-        "interval": interval,
-        "honorLabels": False,
-        "relabelings": [
-            {
-                "sourceLabels": ["__meta_kubernetes_pod_node_name"],
-                "targetLabel": "node",
-                "action": "replace",
-            },
-            {"targetLabel": "job", "replacement": DCGM_JOB, "action": "replace"},
-        ],
-        "metricRelabelings": [{"action": "labeldrop", "regex": "Hostname"}],
-    }
-
-
-SECRET_NAME = text(is_dns1123_subdomain, "expected a Secret name (DNS-1123 subdomain)")
-
-
-class MonitoringStackSettings(Settings):
-    """kube-prometheus-stack, DCGM scraping, the GPU dashboard and alerts (the stack config's
-    monitoring). Grafana's admin password is the top-level secret key grafanaAdminPassword."""
-
-    enabled: Annotated[bool, BOOL] = False
-    """Build the MonitoringStack layer (needs a reachable chart repository)."""
-    namespace: Annotated[str, NAMESPACE] = "monitoring"
-    """The stack's namespace (created here, so no other layer's)."""
-    repository: Annotated[str, HELM_REPOSITORY] = DEFAULT_REPOSITORY
-    """Where kube-prometheus-stack comes from: a chart repository URL, an OCI registry
-    (oci://host/path) or a local chart archive or directory (air-gapped installs)."""
-    version: Annotated[str, chart_version(DEFAULT_VERSION)] = DEFAULT_VERSION
-    """Chart version (pinned)."""
-    upgrade_crds: Annotated[bool, BOOL] = Field(default=True, alias="upgradeCRDs")
-    """Apply the chart's CRDs (server-side) from its pre-install/pre-upgrade hook, before the
-    release's own objects: Helm never upgrades a chart's CRDs by itself."""
-    grafana_admin_secret: Annotated[str, SECRET_NAME] | None = None
-    """Name of an existing Secret in `namespace` (keys admin-user, admin-password), instead of
-    grafanaAdminPassword."""
-    dcgm_scrape_interval: Annotated[str, PROMETHEUS_DURATION] = "15s"
-    """How often dcgm-exporter is scraped."""
-    values: Annotated[dict[str, Any], free_values()] = Field(default_factory=dict)
-    """Free-form chart values, deep-merged last."""
-
-    @model_validator(mode="after")
-    def _one_grafana_password_source(self, info: ValidationInfo) -> Self:
-        password_set = context_value(info, "grafana_password_set")
-        if password_set is None:  # validated on its own: the Args check the pair
-            return self
-        if self.enabled and not password_set and not self.grafana_admin_secret:
-            raise problem(
-                "required when monitoring.enabled is true (pulumi config set --secret "
-                "gpu-cluster:grafanaAdminPassword), unless monitoring.grafanaAdminSecret names "
-                "an existing Secret",
-                key="grafanaAdminPassword",
-                value="",
-            )
-        if password_set and self.grafana_admin_secret:
-            raise problem(
-                "set either grafanaAdminPassword or monitoring.grafanaAdminSecret, not both",
-                at=".grafanaAdminSecret",
-                value=self.grafana_admin_secret,
-            )
-        return self
 
 
 class MonitoringStackArgs(MonitoringStackSettings):
@@ -282,34 +87,23 @@ class MonitoringStackArgs(MonitoringStackSettings):
         return self
 
 
-def stack_values(args: MonitoringStackArgs, grafana_secret: str) -> dict[str, Any]:
-    """The chart values: CRD upgrades, selectors, Grafana admin Secret and sidecar, then
-    `args.values`."""
-    typed: dict[str, Any] = {
-        # The chart's CRD hook Job (pre-install, pre-upgrade, pre-rollback) runs
-        # `kubectl apply --server-side` on the new version's CRDs before Helm touches the
-        # release's objects, which are validated against them.
-        "crds": {"enabled": True, "upgradeJob": {"enabled": args.upgrade_crds}},
-        "prometheus": {
-            "prometheusSpec": {
-                # Select every monitor and rule in the cluster, not only the release's own.
-                "serviceMonitorSelectorNilUsesHelmValues": False,
-                "podMonitorSelectorNilUsesHelmValues": False,
-                "ruleSelectorNilUsesHelmValues": False,
-            }
-        },
-        "grafana": {
-            "admin": {
-                "existingSecret": grafana_secret,
-                "userKey": GRAFANA_USER_KEY,
-                "passwordKey": GRAFANA_PASSWORD_KEY,
-            },
-            "sidecar": {
-                "dashboards": {"enabled": True, "label": DASHBOARD_LABEL, "labelValue": "1"}
-            },
-        },
-    }
-    return deep_merge(typed, args.values)
+def _metadata_name(resource: Any) -> pulumi.Output[str]:
+    """A created object's metadata.name."""
+    return resource.metadata.apply(lambda m: str(m["name"]))
+
+
+def _custom_resource(
+    name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions
+) -> k8s.apiextensions.CustomResource:
+    """A custom object (PrometheusRule, ServiceMonitor) from its plain dict."""
+    return k8s.apiextensions.CustomResource(
+        name,
+        api_version=obj["apiVersion"],
+        kind=obj["kind"],
+        metadata=obj["metadata"],
+        spec=obj["spec"],
+        opts=opts,
+    )
 
 
 class MonitoringStack(pulumi.ComponentResource):
@@ -336,106 +130,42 @@ class MonitoringStack(pulumi.ComponentResource):
         self, name: str, args: MonitoringStackArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__(TOKEN, name, None, opts)
-        child = pulumi.ResourceOptions(parent=self, provider=args.access.provider)
-        labels = {"app.kubernetes.io/part-of": "gpu-cluster"}
-
-        # An existing admin Secret lives in a namespace the user created beforehand, so the
-        # namespace is the user's: the stack creates (and deletes) it only when it also
-        # creates the Secret.
-        namespace_name: pulumi.Output[str] = pulumi.Output.from_input(args.namespace)
-        if args.grafana_admin_secret is None:
-            namespace = k8s.core.v1.Namespace(
-                f"{name}-namespace", metadata={"name": args.namespace, "labels": labels}, opts=child
-            )
-            namespace_name = namespace.metadata.apply(lambda m: str(m["name"]))
-
-        if args.grafana_admin_password is not None:
-            admin = k8s.core.v1.Secret(
-                f"{name}-grafana-admin",
-                metadata={"name": "grafana-admin", "namespace": namespace_name, "labels": labels},
-                type="Opaque",
-                string_data={
-                    GRAFANA_USER_KEY: "admin",
-                    GRAFANA_PASSWORD_KEY: pulumi.Output.secret(args.grafana_admin_password),
-                },
-                opts=child,
-            )
-            grafana_secret = admin.metadata.apply(lambda m: str(m["name"]))
-        else:
-            grafana_secret = pulumi.Output.from_input(str(args.grafana_admin_secret))
-
+        self._name = name
+        self._child = pulumi.ResourceOptions(parent=self, provider=args.access.provider)
+        namespace = self._namespace(args)
+        grafana_secret = self._grafana_secret(args, namespace)
         release = k8s.helm.v3.Release(
             f"{name}-release",
             name=RELEASE_NAME,
             **helm_chart("kube-prometheus-stack", args.repository, args.version),
-            namespace=namespace_name,
+            namespace=namespace,
             values=grafana_secret.apply(lambda secret: stack_values(args, secret)),
-            opts=child,
+            opts=self._child,
         )
         # The CRDs (ServiceMonitor, PrometheusRule) arrive with the release.
         after_release = pulumi.ResourceOptions.merge(
-            child, pulumi.ResourceOptions(depends_on=[release])
+            self._child, pulumi.ResourceOptions(depends_on=[release])
         )
 
         dashboard = gpu_dashboard(args.gpu_resources)
+        config_map = dashboard_config_map(dashboard, namespace)
         dashboard_map = k8s.core.v1.ConfigMap(
             f"{name}-gpu-dashboard",
-            metadata={
-                "name": "gpu-dashboard",
-                "namespace": namespace_name,
-                "labels": {**labels, DASHBOARD_LABEL: "1"},
-            },
-            data={"gpu.json": json.dumps(dashboard, indent=2, sort_keys=True)},
-            opts=child,
+            metadata=config_map["metadata"],
+            data=config_map["data"],
+            opts=self._child,
         )
-
-        rule = k8s.apiextensions.CustomResource(
-            f"{name}-gpu-alerts",
-            api_version="monitoring.coreos.com/v1",
-            kind="PrometheusRule",
-            metadata={"name": "gpu-alerts", "namespace": namespace_name, "labels": labels},
-            spec={"groups": rule_groups(args.gpu_resources, dcgm_scraped=args.dcgm is not None)},
-            opts=after_release,
-        )
-
-        if args.opa_serving_cert_not_after is not None:
-            # Alerts before the admission webhook's serving certificate expires.
-            k8s.apiextensions.CustomResource(
-                f"{name}-gate-alerts",
-                api_version="monitoring.coreos.com/v1",
-                kind="PrometheusRule",
-                metadata={"name": "gpu-gate-alerts", "namespace": namespace_name, "labels": labels},
-                spec=pulumi.Output.from_input(args.opa_serving_cert_not_after).apply(
-                    lambda not_after: {"groups": gate_rule_groups(not_after)}
-                ),
-                opts=after_release,
-            )
-
-        monitor_name: pulumi.Output[str] = pulumi.Output.from_input("")
-        if args.dcgm is not None:
-            dcgm = args.dcgm
-            monitor = k8s.apiextensions.CustomResource(
-                f"{name}-dcgm-exporter",
-                api_version="monitoring.coreos.com/v1",
-                kind="ServiceMonitor",
-                metadata={"name": "dcgm-exporter", "namespace": namespace_name, "labels": labels},
-                spec={
-                    "selector": {"matchLabels": dict(dcgm.selector)},
-                    "namespaceSelector": {"matchNames": [pulumi.Output.from_input(dcgm.namespace)]},
-                    "endpoints": [dcgm_endpoint(dcgm.port, args.dcgm_scrape_interval)],
-                },
-                opts=after_release,
-            )
-            monitor_name = monitor.metadata.apply(lambda m: str(m["name"]))
+        rule = self._alerts(args, namespace, after_release)
+        monitor_name = self._dcgm_monitor(args, namespace, after_release)
 
         status = release.status
-        self.namespace = namespace_name
+        self.namespace = namespace
         self.release_status = status.apply(lambda s: str(s.status))
         self.chart_version = status.apply(lambda s: str(s.version))
         self.grafana_service = status.apply(lambda s: f"{s.namespace}/{s.name}-grafana")
-        self.dashboard_name = dashboard_map.metadata.apply(lambda m: str(m["name"]))
+        self.dashboard_name = _metadata_name(dashboard_map)
         self.dashboard_uid = pulumi.Output.from_input(str(dashboard["uid"]))
-        self.rule_name = rule.metadata.apply(lambda m: str(m["name"]))
+        self.rule_name = _metadata_name(rule)
         self.dcgm_service_monitor = monitor_name
         self.register_outputs(
             {
@@ -449,3 +179,69 @@ class MonitoringStack(pulumi.ComponentResource):
                 "dcgm_service_monitor": self.dcgm_service_monitor,
             }
         )
+
+    def _namespace(self, args: MonitoringStackArgs) -> pulumi.Output[str]:
+        """The stack's namespace. An existing admin Secret lives in a namespace the user
+        created beforehand, so the namespace is the user's: the stack creates (and deletes)
+        it only when it also creates the Secret."""
+        if args.grafana_admin_secret is not None:
+            return pulumi.Output.from_input(args.namespace)
+        namespace = monitoring_namespace(args.namespace)
+        return _metadata_name(
+            k8s.core.v1.Namespace(
+                f"{self._name}-namespace", metadata=namespace["metadata"], opts=self._child
+            )
+        )
+
+    def _grafana_secret(
+        self, args: MonitoringStackArgs, namespace: pulumi.Output[str]
+    ) -> pulumi.Output[str]:
+        """The name of the Secret with Grafana's admin login: created from the password, or
+        the existing one named in the settings."""
+        if args.grafana_admin_password is None:
+            return pulumi.Output.from_input(str(args.grafana_admin_secret))
+        password = pulumi.Output.secret(args.grafana_admin_password)
+        secret = grafana_admin_secret(namespace, password)
+        return _metadata_name(
+            k8s.core.v1.Secret(
+                f"{self._name}-grafana-admin",
+                metadata=secret["metadata"],
+                type=secret["type"],
+                string_data=secret["stringData"],
+                opts=self._child,
+            )
+        )
+
+    def _alerts(
+        self, args: MonitoringStackArgs, namespace: pulumi.Output[str], opts: pulumi.ResourceOptions
+    ) -> k8s.apiextensions.CustomResource:
+        """The PrometheusRule gpu-alerts, and the gate's when OpaGate runs OPA."""
+        dcgm_scraped = args.dcgm is not None
+        rule = _custom_resource(
+            f"{self._name}-gpu-alerts",
+            gpu_alerts_rule(args.gpu_resources, namespace, dcgm_scraped=dcgm_scraped),
+            opts,
+        )
+        if args.opa_serving_cert_not_after is not None:
+            # Alerts before the admission webhook's serving certificate expires.
+            not_after = pulumi.Output.from_input(args.opa_serving_cert_not_after)
+            gate_rule = prometheus_rule(
+                GATE_ALERTS_RULE, namespace, not_after.apply(gate_rule_groups)
+            )
+            _custom_resource(f"{self._name}-gate-alerts", gate_rule, opts)
+        return rule
+
+    def _dcgm_monitor(
+        self, args: MonitoringStackArgs, namespace: pulumi.Output[str], opts: pulumi.ResourceOptions
+    ) -> pulumi.Output[str]:
+        """The ServiceMonitor scraping dcgm-exporter: its name, "" when there is none."""
+        if args.dcgm is None:
+            return pulumi.Output.from_input("")
+        monitor = dcgm_service_monitor(
+            namespace,
+            selector=args.dcgm.selector,
+            target_namespace=args.dcgm.namespace,
+            port=args.dcgm.port,
+            interval=args.dcgm_scrape_interval,
+        )
+        return _metadata_name(_custom_resource(f"{self._name}-dcgm-exporter", monitor, opts))

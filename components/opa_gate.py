@@ -47,7 +47,7 @@ import pulumi_tls as tls
 from pydantic import Field
 
 from components.cluster_access import ClusterAccess
-from components.gpu_operator import OperatorPods
+from components.gpu_operator_settings import OperatorPods
 from components.opa_gate_manifests import (
     GATE_CONFIG_FILE,
     GATE_CONFIGMAP,

@@ -30,7 +30,7 @@ from components.opa_gate_settings import (
 from policies import gpu_scheduler_cel as cel
 
 if TYPE_CHECKING:
-    from components.gpu_operator import OperatorPods
+    from components.gpu_operator_settings import OperatorPods
 
 # Set by the API server on every namespace to the namespace's name; it cannot be changed.
 # Ref: https://kubernetes.io/docs/reference/labels-annotations-taints/#kubernetes-io-metadata-name

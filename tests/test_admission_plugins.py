@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import control_plane_features
-from components.control_plane_features import admission_plugins_for
+from components import admission_plugins
+from components.admission_plugins import admission_plugins_for
 from tools.admission_plugins import plugins_from_help, render
 
 HELP = """
@@ -49,7 +49,7 @@ def test_admission_plugins_for_a_minor_not_generated_is_the_nearest_one(
     table.write_text(
         render({"1.33": {"version": "v1.33.9", "plugins": ["Old"]}}, "v1.37.2", ["New"])
     )
-    monkeypatch.setattr(control_plane_features, "ADMISSION_PLUGINS_FILE", table)
+    monkeypatch.setattr(admission_plugins, "ADMISSION_PLUGINS_FILE", table)
     assert admission_plugins_for("v1.37.0") == ("v1.37.2", ("New",))
     assert admission_plugins_for("v1.36.3") == ("v1.37.2", ("New",))
     assert admission_plugins_for("v1.34.1") == ("v1.33.9", ("Old",))

@@ -15,13 +15,13 @@ from components import (
     TaintedGpuPoolArgs,
     TimeSlicing,
 )
-from components.gpu_operator import (
+from components.gpu_operator_manifests import deep_merge
+from components.gpu_operator_settings import (
     DEFAULT_REPOSITORY,
     DEFAULT_VERSION,
     GpuOperatorSettings,
     OperatorPods,
     Switch,
-    deep_merge,
 )
 from stack_config import ConfigError, parse_stack_config
 from tests.conftest import Recording, Registration, component_access, register

@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 
 from components import ClusterAccess, DcgmTarget, MonitoringStack, MonitoringStackArgs
-from components.gpu_operator import GpuOperatorSettings, GpuResources
-from components.monitoring_stack import (
-    DEFAULT_VERSION,
+from components.gpu_operator_settings import GpuOperatorSettings
+from components.gpu_resources import GpuResources
+from components.monitoring_stack_manifests import (
     gpu_dashboard,
     gpu_resource_regex,
     rule_groups,
 )
+from components.monitoring_stack_settings import DEFAULT_VERSION
 from stack_config import ConfigError
 from tests.conftest import Recording, Registration, component_access, register, run_program
 

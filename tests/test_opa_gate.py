@@ -13,8 +13,8 @@ import pulumi
 import pytest
 
 from components import OpaGate, OpaGateArgs
-from components.binpack_scheduler import is_gpu_resource
-from components.gpu_operator import GpuOperatorSettings, OperatorPods
+from components.gpu_operator_settings import GpuOperatorSettings, OperatorPods
+from components.gpu_resources import is_gpu_resource
 from components.opa_gate_manifests import (
     admission_policy_binding_spec,
     admission_policy_spec,

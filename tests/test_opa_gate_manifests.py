@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from components.gpu_operator import OperatorPods
+from components.gpu_operator_settings import OperatorPods
 from components.opa_gate_manifests import (
     admission_policy_binding_spec,
     admission_policy_spec,

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
-from components.gpu_operator import GpuResources
-from components.monitoring_stack import (
+from components.gpu_resources import GpuResources
+from components.monitoring_stack_manifests import (
     DASHBOARD_FILE,
     GATE_RULES_FILE,
     RULES_FILE,

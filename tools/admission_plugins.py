@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from components.control_plane_features import ADMISSION_PLUGINS_FILE  # noqa: E402
+from components.admission_plugins import ADMISSION_PLUGINS_FILE  # noqa: E402
 from tools.harness import require_tool  # noqa: E402
 
 HEADER = (

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pulumi
@@ -270,6 +271,103 @@ def wanted_items(
     return wanted
 
 
+@dataclass
+class _Sections:
+    """The ClusterConfiguration's component sections, edited in place, in the document's own
+    extraArgs form; remembers the sections it had to create."""
+
+    document: dict[str, Any]
+    created: set[str] = field(default_factory=set)
+    v1beta4: bool = field(init=False)
+    """New extraArgs are written as v1beta4's [{name, value}] list, else as a mapping."""
+
+    def __post_init__(self) -> None:
+        self.v1beta4 = str(self.document.get("apiVersion", "")).endswith("/v1beta4")
+
+    def items(self, component: str, flag: str) -> dict[str, str]:
+        """The items of `flag` in `component`'s extraArgs ({} when either is absent)."""
+        section = self.document.get(component)
+        return _parse_items(_get_arg(section, flag) or "") if isinstance(section, dict) else {}
+
+    def store(self, component: str, flag: str, items: Mapping[str, str]) -> None:
+        """Write `items` back as `flag` (removed when empty), creating the section if needed."""
+        section = self.document.get(component)
+        if not isinstance(section, dict):
+            if not items:
+                return
+            section = self.document[component] = {}
+            self.created.add(component)
+        _set_arg(section, flag, _format_items(items) or None, self.v1beta4)
+
+
+def _holders(others: Mapping[str, Record], component: str, flag: str, item: str) -> list[str]:
+    """The other stacks that want `item` (their records name it)."""
+    return sorted(
+        name for name, rec in others.items() if item in rec.get(component, {}).get(flag, {})
+    )
+
+
+def _undo(sections: _Sections, previous: Record, others: Mapping[str, Record]) -> None:
+    """Take out what `previous` added and put back what it changed, except items another
+    stack still wants; drop a section the stack created that is empty now."""
+    for component, flags in previous.items():
+        for flag, before in flags.items():
+            if flag == CREATED:
+                continue
+            items = sections.items(component, flag)
+            for item, old in before.items():
+                if _holders(others, component, flag, item):
+                    continue  # another stack still wants it
+                if old is None:
+                    items.pop(item, None)
+                else:
+                    items[item] = old
+            sections.store(component, flag, items)
+        if CREATED in flags and sections.document.get(component) == {}:
+            del sections.document[component]
+
+
+def _add(
+    sections: _Sections,
+    wanted: Mapping[str, Mapping[str, Mapping[str, str]]],
+    others: Mapping[str, Record],
+    stack: str,
+) -> Record:
+    """Set every wanted item and return the record of what was there before; raises
+    StackConflict when another stack set a wanted item to a different value."""
+    record: Record = {}
+    conflicts: dict[tuple[str, str], str] = {}
+    for component, wanted_flags in wanted.items():
+        for flag, want in wanted_flags.items():
+            items = sections.items(component, flag)
+            for item, new in want.items():
+                shared = _holders(others, component, flag, item)
+                if shared and items.get(item) != new:
+                    conflicts.setdefault(
+                        (flag, item),
+                        f"{flag} item {item} of {component} is set to {items.get(item)} by "
+                        f"stack {shared[0]}; stack {stack} wants {new} (stacks sharing a "
+                        "cluster must agree on a gate's value)",
+                    )
+                elif shared:  # the value from before the first stack, for the last to restore
+                    first = others[shared[0]][component][flag][item]
+                    record.setdefault(component, {}).setdefault(flag, {})[item] = first
+                elif items.get(item) != new:
+                    record.setdefault(component, {}).setdefault(flag, {})[item] = items.get(item)
+                    items[item] = new
+            sections.store(component, flag, items)
+    if conflicts:
+        raise StackConflict(list(conflicts.values()))
+    return record
+
+
+def _mark_created(record: Record, created: set[str], others: Mapping[str, Record]) -> None:
+    """A section no stack found stays marked, so whichever stack leaves last removes it."""
+    for component in record.keys() | created:
+        if component in created or any(CREATED in r.get(component, {}) for r in others.values()):
+            record.setdefault(component, {})[CREATED] = {}
+
+
 def edit_cluster_configuration(
     document: dict[str, Any],
     previous: Record,
@@ -286,73 +384,11 @@ def edit_cluster_configuration(
     to leave restores it. Raises StackConflict when another stack set an item this stack wants
     to a different value.
     """
-    v1beta4 = str(document.get("apiVersion", "")).endswith("/v1beta4")
     others = others or {}
-
-    def items_of(component: str, flag: str) -> dict[str, str]:
-        section = document.get(component)
-        return _parse_items(_get_arg(section, flag) or "") if isinstance(section, dict) else {}
-
-    def holders(component: str, flag: str, item: str) -> list[str]:
-        """The other stacks that want `item` (their records name it)."""
-        return sorted(
-            name for name, rec in others.items() if item in rec.get(component, {}).get(flag, {})
-        )
-
-    created: set[str] = set()
-
-    def store(component: str, flag: str, items: Mapping[str, str]) -> None:
-        section = document.get(component)
-        if not isinstance(section, dict):
-            if not items:
-                return
-            section = document[component] = {}
-            created.add(component)
-        _set_arg(section, flag, _format_items(items) or None, v1beta4)
-
-    for component, flags in previous.items():
-        for flag, before in flags.items():
-            if flag == CREATED:
-                continue
-            items = items_of(component, flag)
-            for item, old in before.items():
-                if holders(component, flag, item):
-                    continue  # another stack still wants it
-                if old is None:
-                    items.pop(item, None)
-                else:
-                    items[item] = old
-            store(component, flag, items)
-        if CREATED in flags and document.get(component) == {}:
-            del document[component]
-
-    record: Record = {}
-    conflicts: dict[tuple[str, str], str] = {}
-    for component, wanted_flags in wanted.items():
-        for flag, want in wanted_flags.items():
-            items = items_of(component, flag)
-            for item, new in want.items():
-                shared = holders(component, flag, item)
-                if shared and items.get(item) != new:
-                    conflicts.setdefault(
-                        (flag, item),
-                        f"{flag} item {item} of {component} is set to {items.get(item)} by "
-                        f"stack {shared[0]}; stack {stack} wants {new} (stacks sharing a "
-                        "cluster must agree on a gate's value)",
-                    )
-                elif shared:  # the value from before the first stack, for the last to restore
-                    first = others[shared[0]][component][flag][item]
-                    record.setdefault(component, {}).setdefault(flag, {})[item] = first
-                elif items.get(item) != new:
-                    record.setdefault(component, {}).setdefault(flag, {})[item] = items.get(item)
-                    items[item] = new
-            store(component, flag, items)
-    if conflicts:
-        raise StackConflict(list(conflicts.values()))
-    for component in record.keys() | created:
-        # A section no stack found stays marked, so whichever stack leaves last removes it.
-        if component in created or any(CREATED in r.get(component, {}) for r in others.values()):
-            record.setdefault(component, {})[CREATED] = {}
+    sections = _Sections(document)
+    _undo(sections, previous, others)
+    record = _add(sections, wanted, others, stack)
+    _mark_created(record, sections.created, others)
     return record
 
 

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from components import gpu_operator
+from components import gpu_operator_settings
 from components.cluster_access import CLAIM_KEY, HELM_RELEASE
 from tools.harness.charts import (
     GPU_OPERATOR,
@@ -198,7 +198,7 @@ def test_a_chart_version_bump_upgrades_each_release_with_its_crd_switches(
     assert rendered.metadata.labels["helm.sh/chart"] == "kube-prometheus-stack-88.3.0"
     applied.set_config()
     applied.up()
-    assert applied.outputs["gpuOperatorChart"] == gpu_operator.DEFAULT_VERSION
+    assert applied.outputs["gpuOperatorChart"] == gpu_operator_settings.DEFAULT_VERSION
 
 
 def test_destroy_then_up_from_empty_state_on_the_same_cluster(applied: AppliedStack) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from components.control_plane_features import ADMISSION_PLUGINS_FILE
+from components.admission_plugins import ADMISSION_PLUGINS_FILE
 from tests.integration.conftest import built_tool
 from tools.admission_plugins import binary_facts, main
 

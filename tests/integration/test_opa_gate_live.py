@@ -30,7 +30,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from components.gpu_operator import GpuOperatorSettings
+from components.gpu_operator_settings import GpuOperatorSettings
 from components.opa_gate_manifests import (
     GATE_CONFIG_FILE,
     OPA_PRIORITY_CLASS,

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from components import gpu_operator, monitoring_stack
+from components import gpu_operator_settings, monitoring_stack_settings
 from tools.harness.controlplane import require_tool
 
 MONITORING_CRDS = "monitoring-crds.yaml"
@@ -26,8 +26,8 @@ GPU_OPERATOR = "gpu-operator"
 KUBE_PROMETHEUS_STACK = "kube-prometheus-stack"
 # Chart -> the stack's config section that names where it comes from, and its pinned version.
 CHARTS = {
-    GPU_OPERATOR: ("gpuOperator", gpu_operator.DEFAULT_VERSION),
-    KUBE_PROMETHEUS_STACK: ("monitoring", monitoring_stack.DEFAULT_VERSION),
+    GPU_OPERATOR: ("gpuOperator", gpu_operator_settings.DEFAULT_VERSION),
+    KUBE_PROMETHEUS_STACK: ("monitoring", monitoring_stack_settings.DEFAULT_VERSION),
 }
 VALUES_KEY = "values.yaml"
 
