@@ -893,9 +893,16 @@ class ReplayCluster:
         assert self.api is not None
         api, cp = self.api, self.cp
         started = time.monotonic()
+        # No ServiceAccount controller runs: the pods' `default` accounts are made here.
         for namespace in sorted({spec.namespace for spec in fleet.DAEMONSETS}):
-            if namespace != fleet.SYSTEM_NAMESPACE:
-                cp.create_namespace(namespace, default_service_account=False)
+            if namespace == fleet.SYSTEM_NAMESPACE:
+                api.request(
+                    "POST",
+                    f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                    {"metadata": {"name": "default"}},
+                )
+            else:
+                cp.create_namespace(namespace)
         for spec in fleet.DAEMONSETS:
             api.request(
                 "POST",

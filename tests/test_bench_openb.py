@@ -424,3 +424,20 @@ def test_openb_realistic_cluster_sees_nodes_net_of_reservations_and_daemonsets()
     )
     with pytest.raises(ValueError, match="fleet 'cloud': expected one of bare, realistic"):
         ReplayCluster([node], fleet="cloud")
+
+
+def test_openb_curves_are_drawn_one_png_per_fleet(tmp_path: Path) -> None:
+    from bench.plot_curves import draw
+
+    pods = [_pod(1, name=f"p{i}") for i in range(60)]
+    runs = [
+        replace(compute_metrics(profile, _nodes(64), pods, placed, 1.0), fleet=kind, order=order)
+        for kind in ("bare", "realistic")
+        for profile, placed in (("default", ["n0"] * 50 + [None] * 10), ("binpack", ["n0"] * 60))
+        for order in (1, 2)
+    ]
+    curves = tmp_path / "r.curve.csv"
+    write_curves(curves, runs)
+    written = draw(curves, tmp_path)
+    assert [p.name for p in written] == ["r_bare.png", "r_realistic.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written)
