@@ -243,6 +243,13 @@ class Metrics:
     """The cluster: "bare" (the trace's nodes as they are) or "realistic" (bench/fleet.py)."""
     order: int = 0
     """Arrival order: 0 the trace's, n > 0 shuffled with seed n."""
+    scheduling_s: float | None = None
+    """From the first pod decided to the last (as the watch saw them)."""
+    attempt_p99_s: float | None = None
+    """99th percentile of the scheduler's attempt latency (its histogram, all results)."""
+    attempt_mean_s: float | None = None
+    algorithm_p99_s: float | None = None
+    """99th percentile of the scheduling algorithm's latency (filter and score, no binding)."""
     curve: tuple[tuple[float, float, float, float], ...] = ()
     """After each pod: (arrived GPU demand / total, allocated / total), whole GPUs, then the
     same with shared GPUs as fractions."""
@@ -384,6 +391,10 @@ CSV_FIELDS = (
     "rejected_stranded",
     "out_of_order_attempts",
     "wall_s",
+    "scheduling_s",
+    "attempt_p99_ms",
+    "attempt_mean_ms",
+    "algorithm_p99_ms",
 )
 
 
@@ -422,6 +433,10 @@ def csv_row(m: Metrics) -> dict[str, str]:
         "rejected_stranded": str(m.rejected_stranded),
         "out_of_order_attempts": "" if m.out_of_order is None else str(m.out_of_order),
         "wall_s": f"{m.wall_s:.1f}",
+        "scheduling_s": "" if m.scheduling_s is None else f"{m.scheduling_s:.2f}",
+        "attempt_p99_ms": "" if m.attempt_p99_s is None else f"{m.attempt_p99_s * 1000:.2f}",
+        "attempt_mean_ms": "" if m.attempt_mean_s is None else f"{m.attempt_mean_s * 1000:.2f}",
+        "algorithm_p99_ms": "" if m.algorithm_p99_s is None else f"{m.algorithm_p99_s * 1000:.2f}",
     }
     return row
 
@@ -536,25 +551,32 @@ def format_table(results: Sequence[Metrics]) -> str:
 
 
 def scheduler_config(
-    profile: str, kubeconfig: str, settings: SchedulerConfig | None = None
+    profile: str,
+    kubeconfig: str,
+    settings: SchedulerConfig | None = None,
+    *,
+    score_all: bool = True,
 ) -> tuple[str, dict[str, Any]]:
     """(schedulerName, KubeSchedulerConfiguration) for `profile`.
 
     binpack is rendered from `settings` (default: the stack's default scheduler settings),
     scoring every node unless the settings choose a percentageOfNodesToScore; fragmentation is
     the same with `scheduler.scoring: fragmentation` (the GpuFragmentation plugin); default
-    scores every node.
+    scores every node. With `score_all` false every profile keeps kube-scheduler's adaptive
+    sample (what the stack's own settings do).
     """
     if profile in STACK_SETTINGS:
         stack_profile = (settings or STACK_SETTINGS[profile]()).profile
-        if settings is None:  # the stack's own settings leave sampling adaptive: score all
+        if settings is None and score_all:  # the stack's settings leave sampling adaptive
             stack_profile = replace(stack_profile, percentage_of_nodes_to_score=100)
         stack_profile = replace(stack_profile, leader_elect=False)
         config = render_config(stack_profile, kubeconfig=kubeconfig)
         name = stack_profile.scheduler_name
     elif profile in ("default", "mostallocated"):
         name = "default-scheduler"
-        stock: dict[str, Any] = {"schedulerName": name, "percentageOfNodesToScore": 100}
+        stock: dict[str, Any] = {"schedulerName": name}
+        if score_all:
+            stock["percentageOfNodesToScore"] = 100
         if profile == "mostallocated":
             stock["pluginConfig"] = [most_allocated_args()]
         config = {
@@ -662,6 +684,51 @@ def no_node_has_gpus(message: str) -> bool:
         if what == f"Insufficient {GPU}" and count == match["nodes"]:
             return True
     return False
+
+
+ATTEMPT_METRIC = "scheduler_scheduling_attempt_duration_seconds"
+ALGORITHM_METRIC = "scheduler_scheduling_algorithm_duration_seconds"
+_SAMPLE = re.compile(r"^(?P<name>[a-z_]+)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$")
+
+
+def _samples(exposition: str, name: str) -> Iterable[tuple[dict[str, str], float]]:
+    for line in exposition.splitlines():
+        match = _SAMPLE.match(line)
+        if match and match["name"] == name:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', match["labels"] or ""))
+            yield labels, float(match["value"])
+
+
+def attempt_quantile(exposition: str, q: float, metric: str = ATTEMPT_METRIC) -> float | None:
+    """The q-quantile of one of the scheduler's latency histograms, from its buckets.
+
+    Buckets of every result and profile are added up; inside a bucket the latency is taken
+    as spread evenly (as PromQL's histogram_quantile does). None without observations.
+    """
+    buckets: dict[float, float] = {}
+    for labels, value in _samples(exposition, f"{metric}_bucket"):
+        bound = float(labels["le"])
+        buckets[bound] = buckets.get(bound, 0.0) + value
+    if not buckets or buckets.get(float("inf"), 0.0) <= 0:
+        return None
+    bounds = sorted(buckets)
+    rank = q * buckets[float("inf")]
+    lower, below = 0.0, 0.0
+    for bound in bounds:
+        if buckets[bound] >= rank:
+            if bound == float("inf"):
+                return lower
+            share = (rank - below) / (buckets[bound] - below) if buckets[bound] > below else 1
+            return lower + (bound - lower) * share
+        lower, below = bound, buckets[bound]
+    return lower
+
+
+def attempt_mean(exposition: str) -> float | None:
+    """The scheduler's mean attempt latency (its histogram's sum over count)."""
+    total = sum(v for _, v in _samples(exposition, f"{ATTEMPT_METRIC}_sum"))
+    count = sum(v for _, v in _samples(exposition, f"{ATTEMPT_METRIC}_count"))
+    return total / count if count else None
 
 
 # ------------------------------------------------------------------------ live replay
@@ -793,7 +860,8 @@ class ReplayCluster:
     """One harness control plane holding the trace's nodes; `run` replays the pods once.
 
     With `fleet="realistic"` the nodes report allocatable as kubelets do and run the DaemonSet
-    pods of bench/fleet.py before any run (see that module); `view` is the nodes as the
+    pods of bench/fleet.py before any run (see that module; `daemonsets=False` leaves the pods
+    out, keeping allocatable and images); `view` is the nodes as the
     scheduler then sees them. Between runs every pod of the trace is deleted at once (grace
     period 0: no kubelet ever confirms a deletion here), so each run starts from the same
     nodes. Use as a context manager.
@@ -805,6 +873,7 @@ class ReplayCluster:
         *,
         fleet: str = "bare",
         seed: int = 1,
+        daemonsets: bool = True,
         threads: int = 16,
         log: Callable[[str], None] = print,
     ) -> None:
@@ -815,6 +884,7 @@ class ReplayCluster:
         self.nodes = nodes
         self.fleet = fleet
         self.seed = seed
+        self.daemonsets = fleet == "realistic" and daemonsets
         self.threads = threads
         self.log = log
         self.cp = LocalControlPlane()
@@ -829,7 +899,7 @@ class ReplayCluster:
     def _seen(self, node: TraceNode) -> TraceNode:
         """`node` as the scheduler sees it: allocatable less the DaemonSet pods."""
         cpu, memory = self._allocatable(node)
-        if self.fleet == "realistic":
+        if self.daemonsets:
             system_cpu, system_memory = fleet.daemonset_requests()
             cpu, memory = cpu - system_cpu, memory - system_memory
         return replace(node, cpu_milli=cpu, memory_mib=memory)
@@ -842,7 +912,7 @@ class ReplayCluster:
             self.cp.create_namespace(NAMESPACE)
             _parallel(self.threads, self._create_node, self.nodes)
             self.log(f"{len(self.nodes)} nodes created in {time.monotonic() - started:.0f} s")
-            if self.fleet == "realistic":
+            if self.daemonsets:
                 self._run_daemonsets()
         except BaseException:
             self.cp.stop()
@@ -977,12 +1047,18 @@ class ReplayCluster:
         pods: Sequence[TracePod],
         *,
         settings: SchedulerConfig | None = None,
+        score_all: bool = True,
         timeout: float = 1800.0,
     ) -> Metrics:
-        """Create the pods, start kube-scheduler with `profile` (`settings` for binpack), wait."""
+        """Create the pods, start kube-scheduler with `profile` (`settings` for binpack), wait.
+
+        `score_all` as `scheduler_config` takes it.
+        """
         assert self.api is not None
         api, cp, log = self.api, self.cp, self.log
-        scheduler_name, config = scheduler_config(profile, str(cp.kubeconfig_path), settings)
+        scheduler_name, config = scheduler_config(
+            profile, str(cp.kubeconfig_path), settings, score_all=score_all
+        )
         started = time.monotonic()
         self._clear_pods()
         _parallel(
@@ -1003,6 +1079,7 @@ class ReplayCluster:
         placed: list[str | None] = [None] * len(pods)
         messages = [""] * len(pods)
         decided = [False] * len(pods)
+        seen_at: list[float] = []
         remaining = [len(pods)]
         failure: list[BaseException] = []
         done = threading.Event()
@@ -1016,6 +1093,7 @@ class ReplayCluster:
                 if not decided[index]:
                     decided[index] = True
                     remaining[0] -= 1
+                    seen_at.append(time.monotonic())
                 placed[index] = node or placed[index]
                 messages[index] = message or messages[index]
             return remaining[0] == 0
@@ -1044,14 +1122,24 @@ class ReplayCluster:
                 if time.monotonic() - begin > timeout:
                     raise TimeoutError(f"{remaining[0]} pods undecided after {timeout:.0f} s")
             wall = time.monotonic() - begin
+            scheduling = seen_at[-1] - seen_at[0] if len(seen_at) > 1 else None
             if failure:
                 raise failure[0]
             attempts = first_attempts(scheduler.log())
+            _, exposition = scheduler.get("/metrics", timeout=30)
         log(f"[{profile}] every pod decided in {wall:.1f} s")
         late = out_of_order_attempts(attempts) if len(attempts) == len(pods) else None
         metrics = compute_metrics(profile, self.view, pods, placed, wall, late, messages)
         percentage = config["profiles"][0].get("percentageOfNodesToScore")
-        return replace(metrics, percentage_of_nodes_to_score=percentage, fleet=self.fleet)
+        return replace(
+            metrics,
+            percentage_of_nodes_to_score=percentage,
+            fleet=self.fleet,
+            scheduling_s=scheduling,
+            attempt_p99_s=attempt_quantile(exposition, 0.99),
+            attempt_mean_s=attempt_mean(exposition),
+            algorithm_p99_s=attempt_quantile(exposition, 0.99, ALGORITHM_METRIC),
+        )
 
     def _image(self, pod: TracePod) -> str:
         return TRACE_IMAGE if self.fleet == "bare" else fleet.pod_image(pod.name, self.seed)

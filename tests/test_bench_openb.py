@@ -25,6 +25,8 @@ from bench.openb_replay import (
     TracePod,
     WatchExpired,
     arrival_order,
+    attempt_mean,
+    attempt_quantile,
     compute_metrics,
     csv_row,
     first_attempts,
@@ -441,3 +443,35 @@ def test_openb_curves_are_drawn_one_png_per_fleet(tmp_path: Path) -> None:
     written = draw(curves, tmp_path)
     assert [p.name for p in written] == ["r_bare.png", "r_realistic.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written)
+
+
+EXPOSITION = """\
+# HELP scheduler_scheduling_attempt_duration_seconds [STABLE] Scheduling attempt latency
+# TYPE scheduler_scheduling_attempt_duration_seconds histogram
+scheduler_scheduling_attempt_duration_seconds_bucket{profile="p",result="scheduled",le="0.001"} 50
+scheduler_scheduling_attempt_duration_seconds_bucket{profile="p",result="scheduled",le="0.002"} 90
+scheduler_scheduling_attempt_duration_seconds_bucket{profile="p",result="scheduled",le="0.004"} 90
+scheduler_scheduling_attempt_duration_seconds_bucket{profile="p",result="scheduled",le="+Inf"} 90
+scheduler_scheduling_attempt_duration_seconds_sum{profile="p",result="scheduled"} 0.09
+scheduler_scheduling_attempt_duration_seconds_count{profile="p",result="scheduled"} 90
+scheduler_scheduling_attempt_duration_seconds_bucket{profile="p",result="unschedulable",le="0.001"} 0
+scheduler_scheduling_attempt_duration_seconds_bucket{profile="p",result="unschedulable",le="0.002"} 0
+scheduler_scheduling_attempt_duration_seconds_bucket{profile="p",result="unschedulable",le="0.004"} 10
+scheduler_scheduling_attempt_duration_seconds_bucket{profile="p",result="unschedulable",le="+Inf"} 10
+scheduler_scheduling_attempt_duration_seconds_sum{profile="p",result="unschedulable"} 0.03
+scheduler_scheduling_attempt_duration_seconds_count{profile="p",result="unschedulable"} 10
+"""
+
+
+@pytest.mark.parametrize(
+    ("q", "expected"), [(0.5, 0.001), (0.7, 0.0015), (0.95, 0.003), (0.99, 0.0038)]
+)
+def test_openb_attempt_quantile_interpolates_in_the_buckets_of_every_result(
+    q: float, expected: float
+) -> None:
+    assert attempt_quantile(EXPOSITION, q) == pytest.approx(expected)
+
+
+def test_openb_attempt_latency_without_observations_is_unknown() -> None:
+    assert attempt_quantile("", 0.99) is None and attempt_mean("") is None
+    assert attempt_mean(EXPOSITION) == pytest.approx(0.12 / 100)

@@ -1,0 +1,153 @@
+"""Scheduling throughput and latency of default, binpack and fragmentation at fleet scale.
+
+The openb trace's node list is repeated until the cluster has the asked number of nodes
+(`scale-node-NNNNN`, each a copy of trace node i mod 1,213), with allocatable as kubelets
+report it (bench/fleet.py's realistic fleet, without its DaemonSet pods: at 15,000 nodes those
+would be 75,000 pods for the 2-core machine to bind before the measurement). The first
+`--pods` pods of the trace are created pending, then one kube-scheduler per profile is started
+with the stack's own settings (kube-scheduler's adaptive percentageOfNodesToScore, as the stack
+leaves it) and drains them. The cluster never fills up, so every pod is scheduled.
+
+- throughput: pods decided / seconds from the first decision to the last, as a watch on the
+  pods sees them;
+- attempt p99 / mean: the scheduler's own histogram
+  (scheduler_scheduling_attempt_duration_seconds: the algorithm and the binding, which waits
+  on the API server), and algorithm p99 (scheduler_scheduling_algorithm_duration_seconds:
+  filter and score alone), read from its /metrics at the end; a p99 is interpolated inside
+  the histogram's buckets (factor-2 wide), as PromQL's histogram_quantile does.
+
+Nodes are plain Node objects with a Ready condition: nothing here needs kwok's heartbeats or
+pod status, and the scheduler sees the same objects either way.
+
+    .venv/bin/python -m bench.scheduler_scale ../shared/traces/openb --nodes 1213,5000,15000
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from bench.openb_replay import (
+    DEFAULT_NODES_FILE,
+    DEFAULT_PODS_FILE,
+    REPO_ROOT,
+    STACK_SETTINGS,
+    Metrics,
+    ReplayCluster,
+    TraceNode,
+    read_nodes,
+    read_pods,
+)
+
+PROFILES = ("default", "binpack", "fragmentation")
+DEFAULT_CSV = REPO_ROOT / "bench" / "results" / "scheduler_scale.csv"
+FIELDS = (
+    "nodes",
+    "profile",
+    "pods",
+    "scheduling_s",
+    "pods_per_s",
+    "p99_ms",
+    "mean_ms",
+    "algorithm_p99_ms",
+)
+
+
+def fleet_of(nodes: Sequence[TraceNode], count: int) -> list[TraceNode]:
+    """`count` nodes, node i a copy of `nodes[i % len(nodes)]`."""
+    return [replace(nodes[i % len(nodes)], name=f"scale-node-{i:05d}") for i in range(count)]
+
+
+def throughput(m: Metrics) -> float:
+    assert m.scheduling_s is not None
+    return m.pods / m.scheduling_s
+
+
+def _ms(seconds: float | None) -> str:
+    return "" if seconds is None else f"{seconds * 1000:.2f}"
+
+
+def row(m: Metrics) -> dict[str, str]:
+    return {
+        "nodes": str(m.nodes),
+        "profile": m.profile,
+        "pods": str(m.pods),
+        "scheduling_s": f"{m.scheduling_s:.2f}",
+        "pods_per_s": f"{throughput(m):.1f}",
+        "p99_ms": _ms(m.attempt_p99_s),
+        "mean_ms": _ms(m.attempt_mean_s),
+        "algorithm_p99_ms": _ms(m.algorithm_p99_s),
+    }
+
+
+def format_table(results: Sequence[Metrics]) -> str:
+    """Markdown, one row per (nodes, profile); fragmentation's throughput against binpack's."""
+    binpack = {m.nodes: throughput(m) for m in results if m.profile == "binpack"}
+    lines = [
+        "| nodes | profile | pods | pods/s | vs binpack | attempt p99 ms | attempt mean ms "
+        "| algorithm p99 ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for m in results:
+        r = row(m)
+        ratio = f"{throughput(m) / binpack[m.nodes]:.2f}x" if m.nodes in binpack else ""
+        lines.append(
+            f"| {m.nodes:,} | {m.profile} | {m.pods:,} | {r['pods_per_s']} | {ratio} "
+            f"| {r['p99_ms']} | {r['mean_ms']} | {r['algorithm_p99_ms']} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("trace", type=Path, help="trace directory (e.g. ../shared/traces/openb)")
+    parser.add_argument("--nodes", default="1213,5000,15000", help="comma-separated node counts")
+    parser.add_argument("--pods", type=int, default=4000, help="the trace's first N pods")
+    parser.add_argument("--profiles", default=",".join(PROFILES), help="comma-separated")
+    parser.add_argument("--csv", type=Path, default=DEFAULT_CSV, help="CSV to write")
+    parser.add_argument("--threads", type=int, default=16, help="parallel object creation")
+    args = parser.parse_args(argv)
+    try:
+        counts = [int(n) for n in args.nodes.split(",") if n.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        parser.error(f"--nodes {args.nodes!r}: expected comma-separated integers >= 1")
+    profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
+    if not profiles or any(p not in PROFILES for p in profiles):
+        parser.error(f"--profiles {args.profiles!r}: expected some of {', '.join(PROFILES)}")
+    if args.pods < 1:
+        parser.error(f"--pods {args.pods}: expected an integer >= 1")
+    trace_nodes = read_nodes(args.trace / DEFAULT_NODES_FILE)
+    pods = read_pods(args.trace / DEFAULT_PODS_FILE)[: args.pods]
+    results: list[Metrics] = []
+    for count in counts:
+        nodes = fleet_of(trace_nodes, count)
+        with ReplayCluster(
+            nodes, fleet="realistic", daemonsets=False, threads=args.threads
+        ) as cluster:
+            for profile in profiles:
+                settings = STACK_SETTINGS[profile]() if profile in STACK_SETTINGS else None
+                results.append(cluster.run(profile, pods, settings=settings, score_all=False))
+                write_csv(args.csv, results)
+    print()
+    print(format_table(results))
+    print(f"\nwrote {args.csv}")
+    return 0
+
+
+def write_csv(path: Path, results: Sequence[Metrics]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS, lineterminator="\n")
+        writer.writeheader()
+        for m in results:
+            writer.writerow(row(m))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
