@@ -1,18 +1,22 @@
-"""Derive another trace in the openb format: the same pods with heavier cpu or memory requests.
+"""Derive another trace in the openb format: heavier cpu or memory requests, more multi-GPU pods.
 
 The node list is copied unchanged; in the pod list, the GPU pods' (num_gpu > 0 or gpu_milli > 0)
 cpu_milli and memory_mib are multiplied by --cpu-scale and --memory-scale and rounded to whole
-units, capped at the most a node with the pod's GPUs offers; every other column and the row order stay as they are. The output directory is a trace
+units, capped at the most a node with the pod's GPUs offers; with --multi-gpu-share P, each
+whole 1-GPU pod takes, with probability P (seeded by --seed), the shape (GPUs, cpu, memory) of a
+multi-GPU pod of the trace drawn at random, keeping its name and time. Every other column and the row order stay as they are. The output directory is a trace
 directory `bench.openb_replay` and `bench.binpack_sweep` read as they read the public one (it
 holds data derived from the trace, so keep it out of the repository).
 
     .venv/bin/python -m bench.derive_trace ../shared/traces/openb /tmp/openb-cpu1.5 --cpu-scale 1.5
+    .venv/bin/python -m bench.derive_trace ../shared/traces/openb /tmp/openb-multi --multi-gpu-share 0.1
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import random
 import shutil
 import sys
 from collections.abc import Sequence
@@ -55,12 +59,32 @@ def scale_row(
     }
 
 
+SHAPE_COLUMNS = ("num_gpu", "gpu_milli", "cpu_milli", "memory_mib")
+
+
+def more_multi_gpu(rows: Sequence[dict[str, str]], share: float, seed: int) -> list[dict[str, str]]:
+    """`rows` with a `share` of the whole 1-GPU pods given a multi-GPU pod's shape."""
+    shapes = [{c: row[c] for c in SHAPE_COLUMNS} for row in rows if int(row["num_gpu"] or 0) > 1]
+    if share and not shapes:
+        raise ValueError("the trace has no multi-GPU pod to copy")
+    rng = random.Random(seed)
+    out = []
+    for row in rows:
+        whole_one = row["num_gpu"] == "1" and int(row["gpu_milli"] or 0) >= 1000
+        if whole_one and rng.random() < share:
+            row = {**row, **rng.choice(shapes)}
+        out.append(row)
+    return out
+
+
 def derive(
     source: Path,
     target: Path,
     *,
     cpu_scale: float = 1.0,
     memory_scale: float = 1.0,
+    multi_gpu_share: float = 0.0,
+    seed: int = 1,
     pods_file: str = DEFAULT_PODS_FILE,
     nodes_file: str = DEFAULT_NODES_FILE,
 ) -> Path:
@@ -74,7 +98,8 @@ def derive(
         if missing:
             raise TraceError(f"{source / pods_file}: missing column(s) {', '.join(missing)}")
         nodes = read_nodes(source / nodes_file)
-        rows = [scale_row(row, cpu_scale, memory_scale, nodes) for row in reader]
+        rows = more_multi_gpu(list(reader), multi_gpu_share, seed)
+        rows = [scale_row(row, cpu_scale, memory_scale, nodes) for row in rows]
     out = target / DEFAULT_PODS_FILE
     with out.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")
@@ -89,12 +114,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("target", type=Path, help="directory to write the derived trace to")
     parser.add_argument("--cpu-scale", type=float, default=1.0, help="GPU pods' cpu factor")
     parser.add_argument("--memory-scale", type=float, default=1.0, help="GPU pods' memory factor")
+    parser.add_argument(
+        "--multi-gpu-share", type=float, default=0.0, help="1-GPU pods made multi-GPU (0-1)"
+    )
+    parser.add_argument("--seed", type=int, default=1, help="seed of --multi-gpu-share")
     parser.add_argument("--pods-file", default=DEFAULT_PODS_FILE, help="pod list in trace")
     parser.add_argument("--nodes-file", default=DEFAULT_NODES_FILE, help="node list in trace")
     args = parser.parse_args(argv)
     for flag, value in (("--cpu-scale", args.cpu_scale), ("--memory-scale", args.memory_scale)):
         if not 0 < value <= 10:
             parser.error(f"{flag} {value}: expected a factor above 0 and at most 10")
+    if not 0 <= args.multi_gpu_share <= 1:
+        parser.error(f"--multi-gpu-share {args.multi_gpu_share}: expected a share from 0 to 1")
     if args.target.resolve() == args.trace.resolve():
         parser.error(f"target {args.target}: expected a directory other than the source trace")
     try:
@@ -103,6 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.target,
             cpu_scale=args.cpu_scale,
             memory_scale=args.memory_scale,
+            multi_gpu_share=args.multi_gpu_share,
+            seed=args.seed,
             pods_file=args.pods_file,
             nodes_file=args.nodes_file,
         )

@@ -7,7 +7,7 @@ import csv
 from pathlib import Path
 
 from bench.binpack_sweep import POINTS, best, format_table, knobs, pareto, write_csv
-from bench.derive_trace import derive, scale_row
+from bench.derive_trace import derive, more_multi_gpu, scale_row
 from bench.openb_replay import Metrics, TraceNode, read_pods
 from components.binpack_scheduler_manifests import render_config
 
@@ -105,3 +105,34 @@ def test_derive_trace_writes_a_trace_the_replay_reads(tmp_path: Path) -> None:
     pods = read_pods(out)
     assert [(p.name, p.cpu_milli) for p in pods] == [("b", 333), ("a", 1500)]
     assert "qos" in out.read_text().splitlines()[0]
+
+
+def _row(name: str, gpus: int, milli: int = 1000, cpu: int = 4000) -> dict[str, str]:
+    return {
+        "name": name,
+        "num_gpu": str(gpus),
+        "gpu_milli": str(milli if gpus else 0),
+        "cpu_milli": str(cpu),
+        "memory_mib": "8192",
+        "creation_time": "0",
+    }
+
+
+def test_derive_trace_more_multi_gpu_turns_only_whole_one_gpu_pods_into_copied_shapes() -> None:
+    rows = [
+        _row("big", 8, cpu=64000),
+        *(_row(f"one{i}", 1) for i in range(200)),
+        _row("shared", 1, milli=300),
+        _row("cpu", 0),
+    ]
+    out = more_multi_gpu(rows, 0.25, seed=3)
+    assert more_multi_gpu(rows, 0.25, seed=3) == out
+    changed = [r for r, o in zip(rows, out, strict=True) if r != o]
+    assert 30 <= len(changed) <= 70
+    assert all(r["name"].startswith("one") for r in changed)
+    assert all(
+        (o["num_gpu"], o["cpu_milli"], o["name"]) == ("8", "64000", r["name"])
+        for r, o in zip(rows, out, strict=True)
+        if r != o
+    )
+    assert more_multi_gpu(rows, 0.0, seed=3) == rows
