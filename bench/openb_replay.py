@@ -46,13 +46,11 @@ from urllib.parse import urlparse
 
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+from components.binpack_scheduler import FRAGMENTATION, render_config
+from components.tainted_gpu_pool import Taint
+from stack_config import SchedulerConfig
 
-from components.binpack_scheduler import FRAGMENTATION, render_config  # noqa: E402
-from components.tainted_gpu_pool import Taint  # noqa: E402
-from stack_config import SchedulerConfig  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 GPU = "nvidia.com/gpu"
 NODE_PODS = 110

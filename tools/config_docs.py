@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -23,11 +22,10 @@ import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from components.settings import NodeRef, Rule, Runtime
+from stack_config import Kubeconfig, SecretText, StackConfig
 
-from components.settings import NodeRef, Rule, Runtime  # noqa: E402
-from stack_config import Kubeconfig, SecretText, StackConfig  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PROJECT_FILE = ROOT / "Pulumi.yaml"
 REFERENCE_FILE = ROOT / "docs" / "config-reference.md"
