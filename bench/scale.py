@@ -72,9 +72,7 @@ def program(nodes: Sequence[str]) -> Callable[[], None]:
 
     def run() -> None:
         # The providers take the cluster from the stack config (use_cluster), as in the stack.
-        access = ClusterAccess(
-            provider=cast(Any, None), kubeconfig=pulumi.Output.secret(""), context=None
-        )
+        access = ClusterAccess(provider=cast(Any, None))
         extended = ExtendedResourceNodes(
             "extended-resources",
             ExtendedResourceNodesArgs(access=access, nodes=dict.fromkeys(nodes, EXTENDED)),

@@ -164,11 +164,6 @@ class ClusterAccess:
     the claim)."""
     claim: pulumi.Resource | None = None
     """The stack's claim on the cluster: what the layers that do not use `provider` wait for."""
-    kubeconfig: pulumi.Output[str]
-    """Self-contained kubeconfig content, always a Pulumi secret. The dynamic providers read
-    theirs from the stack config at run time (components/providers/credentials.py)."""
-    context: str | None
-    """Kubeconfig context, or None for its current-context."""
 
     @property
     def after_claim(self) -> list[pulumi.Resource]:
@@ -214,4 +209,4 @@ class ClusterAccess:
         )
         pulumi.runtime.register_stack_transformation(apply_with_force(claim))
         main = provider(name, pulumi.ResourceOptions(depends_on=[claim]))
-        return cls(provider=main, claim=claim, kubeconfig=secret, context=context)
+        return cls(provider=main, claim=claim)

@@ -178,7 +178,7 @@ def component_access(context: str | None = None) -> Any:
 
     kubeconfig = pulumi.Output.secret("apiVersion: v1\nkind: Config\n")
     provider = k8s.Provider("cluster", kubeconfig=kubeconfig, context=context)
-    return ClusterAccess(provider=provider, kubeconfig=kubeconfig, context=context)
+    return ClusterAccess(provider=provider)
 
 
 def register(

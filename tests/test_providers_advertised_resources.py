@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from components.providers.advertised_resources import AdvertisedResourcesProvider
-from components.providers.extended_resource import ExtendedResourceProvider
 from components.providers.node_api import NodeApiError
 from tests.fake_node_api import SERVER, FakeNodeApi, configured
 
@@ -130,19 +129,6 @@ def test_advertised_resources_of_another_stack_are_refused_and_left_alone() -> N
     assert "managed by stack 'org/gpu-cluster/a'" in other["failed"]["w-1"]
     _make_provider(api).delete("id", other)
     assert _status(api, "w-1")[DONGLE] == "4"
-
-
-def test_advertised_resources_take_over_from_per_node_resources() -> None:
-    api = FakeNodeApi({"w-1": {"status": {"capacity": {DONGLE: "1"}, "allocatable": {}}}})
-    per_item = configured(ExtendedResourceProvider(lambda _kubeconfig, _context: api))
-    old = _outs(per_item.create({"node": "w-1", "resource": DONGLE, "quantity": 4, "owner": OWNER}))
-    provider = _make_provider(api)
-    outs = _outs(provider.create(_props({"w-1": {DONGLE: 4}})))
-    per_item.delete("id", old)
-    assert _status(api, "w-1")[DONGLE] == "4"
-    provider.delete("id", outs)
-    assert _status(api, "w-1") == {DONGLE: "1"}
-    assert _status(api, "w-1", "allocatable") == {}
 
 
 def test_advertised_resources_delete_of_vanished_nodes_is_done() -> None:

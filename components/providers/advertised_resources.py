@@ -22,7 +22,6 @@ from typing import Any
 import pulumi
 from pulumi.dynamic import Resource
 
-from components.providers.extended_resource import STATUS_FIELDS, live_quantity
 from components.providers.node_api import (
     NodeApi,
     NodeApiError,
@@ -36,6 +35,16 @@ from components.providers.node_api import (
     stack_label,
 )
 from components.providers.node_set import NodeSetProvider, Owner, refuse_set_since, written
+
+# Allocatable is what the scheduler fits pods against. The kubelet derives it from capacity
+# on its next status sync; setting both makes the resource schedulable at once.
+STATUS_FIELDS = ("capacity", "allocatable")
+
+
+def live_quantity(node: dict[str, Any], resource: str) -> int | None:
+    """The advertised capacity of `resource` on `node`, or None when it is not there."""
+    value = (node.get("status") or {}).get("capacity", {}).get(resource)
+    return int(value) if value is not None else None
 
 
 def capacity_ownership_key(resource: str) -> str:

@@ -349,15 +349,6 @@ def ownership(node: Mapping[str, Any], annotation: str) -> dict[str, Any] | None
     return record if isinstance(record, dict) else None
 
 
-def owned_by_another(record: Mapping[str, Any] | None, owner: str, what: str, node: str) -> None:
-    """Refuse to take over what another stack added."""
-    if record is not None and record.get("owner") != owner:
-        raise NodeApiError(
-            f"{what} on node {node!r} is managed by stack {record.get('owner')!r}; two stacks "
-            "must not manage the same item"
-        )
-
-
 def update_node(
     api: NodeApi,
     name: str,
@@ -469,17 +460,3 @@ def read_modify_write(
                 raise
             sleep(_backoff(attempt))
     raise AssertionError("unreachable")
-
-
-def credential_props(
-    kubeconfig: pulumi.Input[str], context: pulumi.Input[str] | None
-) -> dict[str, Any]:
-    """The provider inputs that reach the cluster: the kubeconfig always a secret."""
-    return {"kubeconfig": pulumi.Output.secret(kubeconfig), "context": context or ""}
-
-
-def secret_credentials(opts: pulumi.ResourceOptions | None) -> pulumi.ResourceOptions:
-    """`opts`, with the kubeconfig kept secret in the resource's outputs too."""
-    return pulumi.ResourceOptions.merge(
-        opts, pulumi.ResourceOptions(additional_secret_outputs=["kubeconfig"])
-    )
