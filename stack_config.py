@@ -27,7 +27,7 @@ from components.binpack_scheduler import BinpackSchedulerSettings
 from components.cluster_access import ClusterAccess
 from components.control_plane_features import ControlPlaneFeaturesArgs
 from components.control_plane_settings import ControlPlaneSettings
-from components.extended_resource_node import ExtendedResourcesSettings
+from components.extended_resource_nodes import ExtendedResourceNodesSettings
 from components.gpu_operator import GpuOperatorSettings
 from components.monitoring_stack import MonitoringStackSettings
 from components.opa_gate import (
@@ -228,7 +228,7 @@ class StackConfig(Settings):
     elsewhere in the config must be listed here."""
     gpu_pool: TaintedGpuPoolSettings = Field(default_factory=TaintedGpuPoolSettings)
     """The GPU nodes, their taint and labels (TaintedGpuPool)."""
-    extended_resources: ExtendedResourcesSettings = Field(default_factory=dict)
+    extended_resources: ExtendedResourceNodesSettings = Field(default_factory=dict)
     """Extended resources to advertise, per node: {node-name: {domain/resource: count}},
     e.g. {worker-2: {example.com/dongle: 4}} (ExtendedResourceNodes)."""
     scheduler: BinpackSchedulerSettings = Field(default_factory=BinpackSchedulerSettings)

@@ -14,7 +14,7 @@ from components.control_plane_features import (
     RemoteHost,
     SshAccess,
 )
-from components.extended_resource_node import ExtendedResourceNodes, ExtendedResourceNodesArgs
+from components.extended_resource_nodes import ExtendedResourceNodes, ExtendedResourceNodesArgs
 from components.gpu_operator import DcgmTarget, GpuOperator, GpuOperatorArgs, TimeSlicing
 from components.monitoring_stack import MonitoringStack, MonitoringStackArgs
 from components.opa_gate import OpaGate, OpaGateArgs

@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from components.providers import node_api
-from components.providers.advertised_resources import AdvertisedResourcesProvider
+from components.providers.extended_resource_nodes import ExtendedResourceNodesProvider
 from components.providers.node_api import (
     KubeNodeApi,
     NodeApiError,
@@ -106,7 +106,7 @@ def test_node_sets_apply_refresh_and_undo_a_fleet(
     monkeypatch.setattr(node_api, "LIST_PAGE", 2)  # refresh reads the nodes in pages
     before = {name: _live(core, name) for name in fleet}
     pool = _configure(GpuPoolNodesProvider(), kubeconfig)
-    advertised = _configure(AdvertisedResourcesProvider(), kubeconfig)
+    advertised = _configure(ExtendedResourceNodesProvider(), kubeconfig)
     owner = "org/gpu-cluster/a"
     taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
     pool_props = {"nodes": fleet, "labels": {"gpu-cluster.io/pool": "gpu"}, "owner": owner, **taint}

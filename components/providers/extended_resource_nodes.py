@@ -1,4 +1,4 @@
-"""Dynamic provider: the extended resources advertised on every node of the layer, as one resource.
+"""Dynamic provider: ExtendedResourceNodes' extended resources on every node, as one resource.
 
 Per node, one JSON patch of the status subresource (with a resourceVersion precondition,
 retried on conflict) sets `status.capacity[<resource>]` and `status.allocatable[<resource>]`
@@ -79,7 +79,7 @@ def _count(count: int | None) -> str | None:
     return None if count is None else str(count)
 
 
-class AdvertisedResourcesProvider(NodeSetProvider):
+class ExtendedResourceNodesProvider(NodeSetProvider):
     """{node: {extended resource: count}} advertised in the nodes' status."""
 
     what = "the advertised extended resources"
@@ -191,8 +191,11 @@ class AdvertisedResourcesProvider(NodeSetProvider):
         return {**record, "live": counts, "drift": counts != dict(spec)}
 
 
-class AdvertisedResources(Resource, module="gpu-cluster", name="AdvertisedResources"):
-    """`status.capacity[resource] = count` for every (node, resource) of the layer."""
+# The type token stays the one stacks were deployed with (pulumi-python:dynamic/gpu-cluster:
+# AdvertisedResources): a new token would be another resource to the engine.
+class ExtendedResourceNodeSet(Resource, module="gpu-cluster", name="AdvertisedResources"):
+    """ExtendedResourceNodes' node set: `status.capacity[resource] = count` for every (node,
+    resource) of the layer."""
 
     applied: pulumi.Output[dict[str, Any]]
     """{node: {spec, live: {resource: live count or None}, previous}}."""
@@ -205,7 +208,7 @@ class AdvertisedResources(Resource, module="gpu-cluster", name="AdvertisedResour
         *,
         nodes: pulumi.Input[dict[str, dict[str, int]]],
         opts: pulumi.ResourceOptions | None = None,
-        provider: AdvertisedResourcesProvider | None = None,
+        provider: ExtendedResourceNodesProvider | None = None,
     ) -> None:
         props = {
             "nodes": nodes,
@@ -215,4 +218,4 @@ class AdvertisedResources(Resource, module="gpu-cluster", name="AdvertisedResour
             "applied": None,
             "failed": None,
         }
-        super().__init__(provider or AdvertisedResourcesProvider(), name, props, opts)
+        super().__init__(provider or ExtendedResourceNodesProvider(), name, props, opts)
