@@ -29,6 +29,7 @@ from components.control_plane_features import ControlPlaneFeaturesArgs
 from components.control_plane_settings import ControlPlaneSettings
 from components.extended_resource_nodes import ExtendedResourceNodesSettings
 from components.gpu_operator import GpuOperatorSettings
+from components.kubernetes_version import major_minor
 from components.monitoring_stack import MonitoringStackSettings
 from components.opa_gate import (
     ADMISSION_ENGINES,
@@ -71,7 +72,7 @@ __all__ = [
 SUPPORTED_MINORS = range(35, 38)
 DEFAULT_KUBERNETES_VERSION = "v1.37.2"
 
-_VERSION = re.compile(r"v(?P<major>[0-9]+)\.(?P<minor>[0-9]+)\.(?P<patch>[0-9]+)", re.ASCII)
+_VERSION = re.compile(r"v[0-9]+\.[0-9]+\.[0-9]+", re.ASCII)
 
 # Domains of the taints and labels Kubernetes itself manages (node.kubernetes.io/not-ready, ...).
 # Ref: https://kubernetes.io/docs/reference/labels-annotations-taints/
@@ -88,8 +89,7 @@ SchedulerConfig = BinpackSchedulerSettings
 
 
 def _kubernetes_version_ok(value: str) -> bool:
-    match = _VERSION.fullmatch(value)
-    return match is not None and match["major"] == "1"
+    return _VERSION.fullmatch(value) is not None and (major_minor(value) or (0, 0))[0] == 1
 
 
 KUBERNETES_VERSION = text(
@@ -137,7 +137,7 @@ class Kubeconfig(ContextRule):
             if secret_keys is not None and "kubeconfig" not in secret_keys:
                 raise problem(
                     "kubeconfig content must be stored encrypted: "
-                    "pulumi config set --secret gpu-cluster:kubeconfig < kubeconfig",
+                    f"pulumi config set --secret {PROJECT}:kubeconfig < kubeconfig",
                     value=PLAIN_TEXT_SHOWN,
                 )
             return value
@@ -241,7 +241,7 @@ class StackConfig(Settings):
         pulumi.Output[str] | None,
         SecretText(
             "sshPrivateKey",
-            "pulumi config set --secret gpu-cluster:sshPrivateKey < key",
+            f"pulumi config set --secret {PROJECT}:sshPrivateKey < key",
             Rule(
                 "expected a private key (-----BEGIN ... PRIVATE KEY-----)",
                 lambda v: "PRIVATE KEY-----" in v,
@@ -259,7 +259,7 @@ class StackConfig(Settings):
     grafana_admin_password: Annotated[
         pulumi.Output[str] | None,
         SecretText(
-            "grafanaAdminPassword", "pulumi config set --secret gpu-cluster:grafanaAdminPassword"
+            "grafanaAdminPassword", f"pulumi config set --secret {PROJECT}:grafanaAdminPassword"
         ),
     ] = Field(default=None, repr=False)
     """Grafana admin password, set with `pulumi config set --secret
@@ -274,7 +274,7 @@ class StackConfig(Settings):
         contexts = kubeconfig_document(self.kubeconfig).get("contexts") or []
         if not any(isinstance(c, Mapping) and c.get("name") == self.kube_context for c in contexts):
             raise problem(
-                "no context of that name in the kubeconfig that gpu-cluster:kubeconfig gives",
+                f"no context of that name in the kubeconfig that {PROJECT}:kubeconfig gives",
                 key="kubeContext",
                 value=self.kube_context,
             )
@@ -285,8 +285,7 @@ class StackConfig(Settings):
         """MutatingAdmissionPolicy is GA (admissionregistration.k8s.io/v1) from v1.36; before,
         it is a beta API behind a feature gate that a cluster may not have on. The check is on
         kubernetesVersion, one source, rather than a second API version to keep in step."""
-        minor = int(self.kubernetes_version.split(".")[1])
-        if self.admission.engine != ROUTING_ENGINE or minor >= ROUTING_MIN_MINOR:
+        if self.admission.engine != ROUTING_ENGINE or self.kubernetes_minor >= ROUTING_MIN_MINOR:
             return self
         others = ", ".join(e for e in ADMISSION_ENGINES if e != ROUTING_ENGINE)
         raise problem(
@@ -318,6 +317,11 @@ class StackConfig(Settings):
         return self
 
     @property
+    def kubernetes_minor(self) -> int:
+        """The minor version kubernetesVersion names (validated, so it names one)."""
+        return (major_minor(self.kubernetes_version) or (0, 0))[1]
+
+    @property
     def kubernetes(self) -> KubernetesAccessConfig:
         """How every layer reaches the cluster."""
         return KubernetesAccessConfig(kubeconfig=self.kubeconfig, context=self.kube_context or None)
@@ -326,8 +330,7 @@ class StackConfig(Settings):
     def warnings(self) -> tuple[str, ...]:
         """Values that are legal but probably wrong, for the caller to log."""
         found: list[str] = []
-        minor = int(self.kubernetes_version.split(".")[1])
-        if minor not in SUPPORTED_MINORS:
+        if self.kubernetes_minor not in SUPPORTED_MINORS:
             found.append(
                 f"{PROJECT}:kubernetesVersion {self.kubernetes_version} is outside the tested "
                 f"range v1.{SUPPORTED_MINORS.start}-v1.{SUPPORTED_MINORS.stop - 1}"

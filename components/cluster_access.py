@@ -19,7 +19,6 @@ kubernetesVersion (the binpack scheduler's image tag) against the API server's /
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.kubernetes_version import major_minor
 from components.providers.credentials import kubeconfig_content
 from components.providers.node_api import (
     api_client_from_kubeconfig,
@@ -51,7 +51,6 @@ HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 SCHEDULER_MINORS_BEHIND = 1
 # How long a preview waits for /version before going on without the check.
 VERSION_TIMEOUT_S = 5.0
-_MINOR = re.compile(r"v?(?P<major>[0-9]+)\.(?P<minor>[0-9]+)")
 
 
 def server_version(kubeconfig: str, context: str | None) -> str:
@@ -63,11 +62,6 @@ def server_version(kubeconfig: str, context: str | None) -> str:
     return str(info.git_version)
 
 
-def _minors(version: str) -> tuple[int, int] | None:
-    match = _MINOR.match(version)
-    return None if match is None else (int(match["major"]), int(match["minor"]))
-
-
 def _allowed(server: tuple[int, int]) -> str:
     major, minor = server
     return " or ".join(f"v{major}.{m}.x" for m in range(minor - SCHEDULER_MINORS_BEHIND, minor + 1))
@@ -76,7 +70,7 @@ def _allowed(server: tuple[int, int]) -> str:
 def scheduler_skew_problem(scheduler: str, server: str) -> Problem | None:
     """Why kube-scheduler `scheduler` must not run against kube-apiserver `server` (it is
     newer), or None."""
-    have, want = _minors(server), _minors(scheduler)
+    have, want = major_minor(server), major_minor(scheduler)
     if have is None or want is None or want <= have:
         return None
     return Problem(
@@ -92,7 +86,7 @@ def scheduler_skew_warning(scheduler: str, server: str) -> str | None:
     """A warning when kube-scheduler `scheduler` is more than one minor older than `server`:
     outside the skew policy, yet still served by the API server, so not refused (an API
     server upgraded before the stack's kubernetesVersion is the usual cause)."""
-    have, want = _minors(server), _minors(scheduler)
+    have, want = major_minor(server), major_minor(scheduler)
     if have is None or want is None or want >= (have[0], have[1] - SCHEDULER_MINORS_BEHIND):
         return None
     return (

@@ -21,6 +21,7 @@ from components.providers.extended_resource_nodes import ExtendedResourceNodeSet
 from components.providers.node_set import failure_message
 from components.settings import (
     DEVICE_PLUGIN_DOMAINS,
+    PROJECT,
     NodeRef,
     Rule,
     Runtime,
@@ -30,7 +31,7 @@ from components.settings import (
     problem,
 )
 
-TOKEN = "gpu-cluster:index:ExtendedResourceNodes"
+TOKEN = f"{PROJECT}:index:ExtendedResourceNodes"
 
 
 def extended_resource_name_problem(name: str) -> str | None:

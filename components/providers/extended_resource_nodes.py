@@ -35,6 +35,7 @@ from components.providers.node_api import (
     stack_label,
 )
 from components.providers.node_set import NodeSetProvider, Owner, refuse_set_since, written
+from components.settings import PROJECT
 
 # Allocatable is what the scheduler fits pods against. The kubelet derives it from capacity
 # on its next status sync; setting both makes the resource schedulable at once.
@@ -193,7 +194,7 @@ class ExtendedResourceNodesProvider(NodeSetProvider):
 
 # The type token stays the one stacks were deployed with (pulumi-python:dynamic/gpu-cluster:
 # AdvertisedResources): a new token would be another resource to the engine.
-class ExtendedResourceNodeSet(Resource, module="gpu-cluster", name="AdvertisedResources"):
+class ExtendedResourceNodeSet(Resource, module=PROJECT, name="AdvertisedResources"):
     """ExtendedResourceNodes' node set: `status.capacity[resource] = count` for every (node,
     resource) of the layer."""
 

@@ -34,7 +34,9 @@ from pulumi.dynamic import (
     UpdateResult,
 )
 
-FIELD_MANAGER = "gpu-cluster"
+from components.settings import PROJECT
+
+FIELD_MANAGER = PROJECT
 CONNECTIONS = 8
 """Node calls in flight at once (the node-set providers' thread pool, the client's pool)."""
 LIST_PAGE = 500
@@ -294,7 +296,7 @@ class StackIdentityProvider(ResourceProvider):
         return ReadResult(id_=id_, outs=props)
 
 
-class StackIdentity(Resource, module="gpu-cluster", name="StackIdentity"):
+class StackIdentity(Resource, module=PROJECT, name="StackIdentity"):
     """The stack's id (this resource's id): minted on the stack's first `up`, kept in its state."""
 
     label: pulumi.Output[str]
@@ -329,7 +331,7 @@ def stack_identity() -> pulumi.Output[str]:
         return _identity[1]
 
 
-OWNERSHIP_PREFIX = "ownership.gpu-cluster.io/"
+OWNERSHIP_PREFIX = f"ownership.{PROJECT}.io/"
 """Prefix of the node annotations that record what the stack added and what it replaced."""
 
 

@@ -39,6 +39,7 @@ from components.providers.node_set import (
     refuse_set_since,
     written,
 )
+from components.settings import PROJECT
 
 
 def _same(taint: Mapping[str, Any], key: str, effect: str) -> bool:
@@ -275,7 +276,7 @@ class GpuPoolNodesProvider(NodeSetProvider):
         return {**record, "drift": drift}
 
 
-class GpuPoolNodes(Resource, module="gpu-cluster", name="GpuPoolNodes"):
+class GpuPoolNodes(Resource, module=PROJECT, name="GpuPoolNodes"):
     """The pool's taint and labels on every pool node, leaving every other taint alone."""
 
     applied: pulumi.Output[dict[str, Any]]
