@@ -1,5 +1,6 @@
-"""How every layer reaches the cluster: one explicit kubernetes Provider plus the credentials
-the dynamic providers need. Nothing in the stack uses the ambient default provider.
+"""How every layer reaches the cluster: one explicit kubernetes Provider behind the stack's
+claim. Nothing in the stack uses the ambient default provider; the dynamic providers take their
+credentials from the run's config (components/providers/credentials.py).
 
 One stack manages a cluster, and the cluster says which: the claim, ConfigMap
 kube-system/<project>, records the stack's id (minted on its first `up`, kept across a
@@ -27,7 +28,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.kubernetes_version import major_minor
-from components.providers.credentials import kubeconfig_content
 from components.providers.node_api import (
     api_client_from_kubeconfig,
     stack_identity,
@@ -54,10 +54,11 @@ VERSION_TIMEOUT_S = 5.0
 
 
 def server_version(kubeconfig: str, context: str | None) -> str:
-    """The API server's gitVersion (GET /version). Raises when it cannot be reached."""
+    """The API server's gitVersion (GET /version), reached with kubeconfig content. Raises
+    when it cannot be reached."""
     from kubernetes import client
 
-    api = client.VersionApi(api_client_from_kubeconfig(kubeconfig_content(kubeconfig), context))
+    api = client.VersionApi(api_client_from_kubeconfig(kubeconfig, context))
     info = api.get_code(_request_timeout=VERSION_TIMEOUT_S)
     return str(info.git_version)
 
@@ -97,7 +98,8 @@ def scheduler_skew_warning(scheduler: str, server: str) -> str | None:
 
 
 def check_version_skew(kubeconfig: str, context: str | None, scheduler: str) -> str | None:
-    """Refuse (ConfigError) a kubernetesVersion newer than the live cluster's API server.
+    """Refuse (ConfigError) a kubernetesVersion newer than the live cluster's API server
+    (reached with `kubeconfig`, the content stack_config read).
 
     Returns a warning for one more than a minor older, or instead of checking when the
     cluster cannot be reached (a preview on a machine without access); None when the
@@ -151,7 +153,7 @@ def apply_with_force(
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterAccess:
-    """Credentials and provider handed to every component."""
+    """The provider and the claim handed to every component."""
 
     provider: k8s.Provider
     """The explicit kubernetes Provider for every Kubernetes object of the stack (it waits for
@@ -173,15 +175,15 @@ class ClusterAccess:
 
     @classmethod
     def create(cls, name: str, kubeconfig: str, context: str | None) -> ClusterAccess:
-        """The claim (its own provider), then the provider everything else uses; registers the
-        stack transformation that applies every other object with force."""
-        content = kubeconfig_content(kubeconfig)
-        secret = pulumi.Output.secret(content)
+        """The claim (its own provider), then the provider everything else uses, both with
+        `kubeconfig` content as a secret; registers the stack transformation that applies every
+        other object with force."""
+        secret = pulumi.Output.secret(kubeconfig)
 
         def provider(provider_name: str, opts: pulumi.ResourceOptions | None = None) -> Any:
             return k8s.Provider(
                 provider_name,
-                kubeconfig=secret if content else None,
+                kubeconfig=secret if kubeconfig else None,
                 context=context,
                 enable_server_side_apply=True,
                 # A changed ConfigMap or Secret is updated in place, not replaced (with its

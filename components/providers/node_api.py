@@ -11,7 +11,6 @@ in its state, which the claim on the cluster and the ownership records on the no
 
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
 import json
@@ -20,7 +19,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, Protocol
 
 import pulumi
@@ -81,31 +79,6 @@ class NodeApi(Protocol):
 def json_pointer_escape(token: str) -> str:
     """Escape one JSON-pointer token: `~` as `~0`, `/` as `~1` (RFC 6901, section 3)."""
     return token.replace("~", "~0").replace("/", "~1")
-
-
-def flatten_kubeconfig(path: Path) -> str:
-    """Kubeconfig content with file references inlined, like `kubectl config view --flatten`.
-
-    The content travels to the dynamic providers as a secret input, so it must not point at
-    files relative to a laptop's working directory.
-    """
-    document = yaml.safe_load(path.read_text()) or {}
-    base = path.parent
-    refs = {
-        "clusters": ("cluster", {"certificate-authority": "certificate-authority-data"}),
-        "users": (
-            "user",
-            {"client-certificate": "client-certificate-data", "client-key": "client-key-data"},
-        ),
-    }
-    for section, (inner, keys) in refs.items():
-        for entry in document.get(section) or []:
-            body = entry.get(inner) or {}
-            for file_key, data_key in keys.items():
-                ref = body.pop(file_key, None)
-                if ref and data_key not in body:
-                    body[data_key] = base64.b64encode((base / ref).read_bytes()).decode()
-    return yaml.safe_dump(document, sort_keys=False)
 
 
 def api_client_from_kubeconfig(

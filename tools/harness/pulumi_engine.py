@@ -39,8 +39,7 @@ from components import (
     TaintedGpuPool,
     TaintedGpuPoolArgs,
 )
-from components.providers.credentials import CONTEXT_KEY, KUBECONFIG_KEY
-from stack_config import StackConfig, parse_stack_config
+from stack_config import CONTEXT_KEY, KUBECONFIG_KEY, StackConfig, parse_stack_config
 
 from .controlplane import find_tool, require_tool, tools_bin
 
