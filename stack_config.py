@@ -11,10 +11,13 @@ The models are the one home of every key, rule and default.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Self
 
@@ -27,8 +30,9 @@ from components.binpack_scheduler_settings import BinpackSchedulerSettings
 from components.cluster_access import ClusterAccess
 from components.control_plane_features import ControlPlaneFeaturesArgs
 from components.control_plane_settings import ControlPlaneSettings
-from components.extended_resource_node import ExtendedResourcesSettings
+from components.extended_resource_nodes import ExtendedResourceNodesSettings
 from components.gpu_operator_settings import GpuOperatorSettings
+from components.kubernetes_version import major_minor
 from components.monitoring_stack_settings import MonitoringStackSettings
 from components.opa_gate import OpaGateArgs
 from components.opa_gate_settings import (
@@ -71,7 +75,7 @@ __all__ = [
 SUPPORTED_MINORS = range(35, 38)
 DEFAULT_KUBERNETES_VERSION = "v1.37.2"
 
-_VERSION = re.compile(r"v(?P<major>[0-9]+)\.(?P<minor>[0-9]+)\.(?P<patch>[0-9]+)", re.ASCII)
+_VERSION = re.compile(r"v[0-9]+\.[0-9]+\.[0-9]+", re.ASCII)
 
 # Domains of the taints and labels Kubernetes itself manages (node.kubernetes.io/not-ready, ...).
 # Ref: https://kubernetes.io/docs/reference/labels-annotations-taints/
@@ -79,6 +83,11 @@ RESERVED_DOMAINS = ("kubernetes.io", "k8s.io")
 
 # Keys whose values are never shown in a message, whatever the stack stores them as.
 ALWAYS_SECRET = frozenset({"sshPrivateKey", "grafanaAdminPassword"})
+
+# How a run reaches the cluster: the program reads these from its config, each dynamic
+# provider from the config the engine hands it (kubernetes_access).
+KUBECONFIG_KEY = f"{PROJECT}:kubeconfig"
+CONTEXT_KEY = f"{PROJECT}:kubeContext"
 
 # Kept for code that names the scheduler section by its earlier name.
 SchedulerConfig = BinpackSchedulerSettings
@@ -88,8 +97,7 @@ SchedulerConfig = BinpackSchedulerSettings
 
 
 def _kubernetes_version_ok(value: str) -> bool:
-    match = _VERSION.fullmatch(value)
-    return match is not None and match["major"] == "1"
+    return _VERSION.fullmatch(value) is not None and (major_minor(value) or (0, 0))[0] == 1
 
 
 KUBERNETES_VERSION = text(
@@ -137,7 +145,7 @@ class Kubeconfig(ContextRule):
             if secret_keys is not None and "kubeconfig" not in secret_keys:
                 raise problem(
                     "kubeconfig content must be stored encrypted: "
-                    "pulumi config set --secret gpu-cluster:kubeconfig < kubeconfig",
+                    f"pulumi config set --secret {PROJECT}:kubeconfig < kubeconfig",
                     value=PLAIN_TEXT_SHOWN,
                 )
             return value
@@ -160,6 +168,95 @@ def kubeconfig_document(value: str) -> Any:
         return None
 
 
+# --------------------------------------------------------------------------- the kubeconfig
+
+
+class KubeconfigNotFound(ValueError):
+    """A configured kubeconfig path that does not exist on this machine."""
+
+
+def flatten_kubeconfig(path: Path) -> str:
+    """Kubeconfig content with file references inlined, like `kubectl config view --flatten`.
+
+    The content is handed on as it is (to the kubernetes provider as a secret), so it must not
+    point at files relative to a laptop's working directory.
+    """
+    document = yaml.safe_load(path.read_text()) or {}
+    base = path.parent
+    refs = {
+        "clusters": ("cluster", {"certificate-authority": "certificate-authority-data"}),
+        "users": (
+            "user",
+            {"client-certificate": "client-certificate-data", "client-key": "client-key-data"},
+        ),
+    }
+    for section, (inner, keys) in refs.items():
+        for entry in document.get(section) or []:
+            body = entry.get(inner) or {}
+            for file_key, data_key in keys.items():
+                ref = body.pop(file_key, None)
+                if ref and data_key not in body:
+                    body[data_key] = base64.b64encode((base / ref).read_bytes()).decode()
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+def kubeconfig_content(value: str) -> str:
+    """Self-contained kubeconfig text for the configured value, loaded as kubectl loads it.
+
+    - content (several lines): used as it is;
+    - a path: that file, flattened; a missing file raises KubeconfigNotFound, never a fallback
+      to another kubeconfig (it could name another cluster);
+    - empty: the files listed in $KUBECONFIG, merged the way kubectl merges them (see
+      `merge_kubeconfigs`), or ~/.kube/config when $KUBECONFIG is unset or empty.
+
+    Returns "" when the empty value finds no kubeconfig at all, so a preview on a machine
+    without a cluster still runs; operations then fail with the providers' own error.
+    """
+    if "\n" in value:
+        return value
+    if value:
+        path = Path(value).expanduser()
+        if not path.is_file():
+            # The path is not shown: it may be stored as a secret.
+            raise KubeconfigNotFound(
+                f"{KUBECONFIG_KEY}: the configured kubeconfig file does not exist on this "
+                "machine; set the path of an existing file (a configured path never falls back "
+                "to $KUBECONFIG or ~/.kube/config)"
+            )
+        return flatten_kubeconfig(path)
+    env = [Path(p).expanduser() for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    paths = env or [Path("~/.kube/config").expanduser()]
+    documents = [yaml.safe_load(flatten_kubeconfig(p)) or {} for p in paths if p.is_file()]
+    if not documents:
+        return ""
+    if len(documents) == 1:
+        return yaml.safe_dump(documents[0], sort_keys=False)
+    return yaml.safe_dump(merge_kubeconfigs(documents), sort_keys=False)
+
+
+NAMED_SECTIONS = ("clusters", "users", "contexts")
+
+
+def merge_kubeconfigs(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """kubectl's merge of a $KUBECONFIG list: the first file to set a value wins.
+
+    A cluster, user or context is taken from the first file that names it (later entries of
+    the same name are ignored, not merged field by field), and current-context from the first
+    file that sets one. Each file is flattened before, so its relative paths stay its own.
+    """
+    merged: dict[str, Any] = {"apiVersion": "v1", "kind": "Config"}
+    for section in NAMED_SECTIONS:
+        entries: dict[str, Any] = {}
+        for document in documents:
+            for entry in document.get(section) or []:
+                entries.setdefault(entry.get("name"), entry)
+        merged[section] = list(entries.values())
+    current = next((d["current-context"] for d in documents if d.get("current-context")), "")
+    if current:
+        merged["current-context"] = current
+    return merged
+
+
 # --------------------------------------------------------------------------- sections
 
 
@@ -168,9 +265,22 @@ class KubernetesAccessConfig:
     """How every layer reaches the cluster."""
 
     kubeconfig: str = ""
-    """A kubeconfig path or the kubeconfig content; empty means $KUBECONFIG or ~/.kube/config."""
+    """Self-contained kubeconfig content, read once from the configured path or content
+    (kubeconfig_content); empty when none was found."""
     context: str | None = None
     """The kubeconfig context; None means its current-context."""
+
+
+def kubernetes_access(config: Any) -> KubernetesAccessConfig:
+    """A dynamic provider's cluster access, from the config the engine hands its `configure`
+    (a `pulumi.dynamic.Config`, or anything with `get(full key)`).
+
+    Raises KubeconfigNotFound for a configured path missing on this machine.
+    """
+    return KubernetesAccessConfig(
+        kubeconfig=kubeconfig_content(str(config.get(KUBECONFIG_KEY) or "")),
+        context=str(config.get(CONTEXT_KEY) or "") or None,
+    )
 
 
 class NodeSettings(Settings):
@@ -228,7 +338,7 @@ class StackConfig(Settings):
     elsewhere in the config must be listed here."""
     gpu_pool: TaintedGpuPoolSettings = Field(default_factory=TaintedGpuPoolSettings)
     """The GPU nodes, their taint and labels (TaintedGpuPool)."""
-    extended_resources: ExtendedResourcesSettings = Field(default_factory=dict)
+    extended_resources: ExtendedResourceNodesSettings = Field(default_factory=dict)
     """Extended resources to advertise, per node: {node-name: {domain/resource: count}},
     e.g. {worker-2: {example.com/dongle: 4}} (ExtendedResourceNodes)."""
     scheduler: BinpackSchedulerSettings = Field(default_factory=BinpackSchedulerSettings)
@@ -241,7 +351,7 @@ class StackConfig(Settings):
         pulumi.Output[str] | None,
         SecretText(
             "sshPrivateKey",
-            "pulumi config set --secret gpu-cluster:sshPrivateKey < key",
+            f"pulumi config set --secret {PROJECT}:sshPrivateKey < key",
             Rule(
                 "expected a private key (-----BEGIN ... PRIVATE KEY-----)",
                 lambda v: "PRIVATE KEY-----" in v,
@@ -259,7 +369,7 @@ class StackConfig(Settings):
     grafana_admin_password: Annotated[
         pulumi.Output[str] | None,
         SecretText(
-            "grafanaAdminPassword", "pulumi config set --secret gpu-cluster:grafanaAdminPassword"
+            "grafanaAdminPassword", f"pulumi config set --secret {PROJECT}:grafanaAdminPassword"
         ),
     ] = Field(default=None, repr=False)
     """Grafana admin password, set with `pulumi config set --secret
@@ -274,7 +384,7 @@ class StackConfig(Settings):
         contexts = kubeconfig_document(self.kubeconfig).get("contexts") or []
         if not any(isinstance(c, Mapping) and c.get("name") == self.kube_context for c in contexts):
             raise problem(
-                "no context of that name in the kubeconfig that gpu-cluster:kubeconfig gives",
+                f"no context of that name in the kubeconfig that {PROJECT}:kubeconfig gives",
                 key="kubeContext",
                 value=self.kube_context,
             )
@@ -285,8 +395,7 @@ class StackConfig(Settings):
         """MutatingAdmissionPolicy is GA (admissionregistration.k8s.io/v1) from v1.36; before,
         it is a beta API behind a feature gate that a cluster may not have on. The check is on
         kubernetesVersion, one source, rather than a second API version to keep in step."""
-        minor = int(self.kubernetes_version.split(".")[1])
-        if self.admission.engine != ROUTING_ENGINE or minor >= ROUTING_MIN_MINOR:
+        if self.admission.engine != ROUTING_ENGINE or self.kubernetes_minor >= ROUTING_MIN_MINOR:
             return self
         others = ", ".join(e for e in ADMISSION_ENGINES if e != ROUTING_ENGINE)
         raise problem(
@@ -318,16 +427,22 @@ class StackConfig(Settings):
         return self
 
     @property
+    def kubernetes_minor(self) -> int:
+        """The minor version kubernetesVersion names (validated, so it names one)."""
+        return (major_minor(self.kubernetes_version) or (0, 0))[1]
+
+    @cached_property
     def kubernetes(self) -> KubernetesAccessConfig:
-        """How every layer reaches the cluster."""
-        return KubernetesAccessConfig(kubeconfig=self.kubeconfig, context=self.kube_context or None)
+        """How every layer reaches the cluster, the kubeconfig read once."""
+        return KubernetesAccessConfig(
+            kubeconfig=kubeconfig_content(self.kubeconfig), context=self.kube_context or None
+        )
 
     @property
     def warnings(self) -> tuple[str, ...]:
         """Values that are legal but probably wrong, for the caller to log."""
         found: list[str] = []
-        minor = int(self.kubernetes_version.split(".")[1])
-        if minor not in SUPPORTED_MINORS:
+        if self.kubernetes_minor not in SUPPORTED_MINORS:
             found.append(
                 f"{PROJECT}:kubernetesVersion {self.kubernetes_version} is outside the tested "
                 f"range v1.{SUPPORTED_MINORS.start}-v1.{SUPPORTED_MINORS.stop - 1}"

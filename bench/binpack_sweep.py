@@ -23,11 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from bench.openb_replay import (  # noqa: E402
+from bench.openb_replay import (
     BENCH_IMAGE,
     CSV_FIELDS,
     Metrics,
@@ -36,9 +32,11 @@ from bench.openb_replay import (  # noqa: E402
     csv_row,
     load_trace,
 )
-from components.binpack_scheduler_manifests import FRAGMENTATION_PLUGIN  # noqa: E402
-from components.binpack_scheduler_settings import FRAGMENTATION  # noqa: E402
-from stack_config import SchedulerConfig  # noqa: E402
+from components.binpack_scheduler_manifests import FRAGMENTATION_PLUGIN
+from components.binpack_scheduler_settings import FRAGMENTATION
+from stack_config import SchedulerConfig
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_CSV = REPO_ROOT / "bench" / "results" / "binpack_sweep.csv"
 TODAY = {"resourceWeights": {"nvidia.com/gpu": 100, "cpu": 1, "memory": 1}}

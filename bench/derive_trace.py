@@ -22,11 +22,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from bench.openb_replay import (  # noqa: E402
+from bench.openb_replay import (
     DEFAULT_NODES_FILE,
     DEFAULT_PODS_FILE,
     POD_COLUMNS,

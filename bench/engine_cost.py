@@ -20,14 +20,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider
 
-from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider  # noqa: E402
-
-import components.providers  # noqa: E402,F401  (the SDK serializer fix)
-from tools.harness.pulumi_engine import inline_stack  # noqa: E402
+import components.providers  # noqa: F401  (the SDK serializer fix)
+from tools.harness.pulumi_engine import inline_stack
 
 
 class Idle(ResourceProvider):

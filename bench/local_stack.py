@@ -65,21 +65,18 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from kubernetes import dynamic
+from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+from pulumi import automation as auto
+
+from components.cluster_access import HELM_RELEASE
+from tools.harness.charts import VALUES_KEY
+from tools.harness.cluster import LocalCluster
+from tools.harness.fake_nodes import FakeNode
+from tools.harness.pulumi_engine import PROJECT, inline_stack
+from tools.harness.stack import ADMISSION_PLUGINS, AppliedStack
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from kubernetes import dynamic  # noqa: E402
-from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError  # noqa: E402
-from pulumi import automation as auto  # noqa: E402
-
-from components.cluster_access import HELM_RELEASE  # noqa: E402
-from tools.harness.charts import VALUES_KEY  # noqa: E402
-from tools.harness.cluster import LocalCluster  # noqa: E402
-from tools.harness.fake_nodes import FakeNode  # noqa: E402
-from tools.harness.pulumi_engine import PROJECT, inline_stack  # noqa: E402
-from tools.harness.stack import ADMISSION_PLUGINS, AppliedStack  # noqa: E402
 
 PROVIDER_PLUGIN = "pulumi-resource-kubernetes"
 SECRET_SIGNATURE = "4dabf18193072939515e22adb298388d"

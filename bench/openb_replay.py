@@ -48,16 +48,13 @@ from urllib.parse import urlparse
 import yaml
 
 from bench import fleet
+from components.binpack_scheduler_manifests import render_config
+from components.binpack_scheduler_settings import FRAGMENTATION
+from components.gpu_resources import WHOLE_GPU
+from components.tainted_gpu_pool import Taint
+from stack_config import SchedulerConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from components.binpack_scheduler_manifests import render_config  # noqa: E402
-from components.binpack_scheduler_settings import FRAGMENTATION  # noqa: E402
-from components.gpu_resources import WHOLE_GPU  # noqa: E402
-from components.tainted_gpu_pool import Taint  # noqa: E402
-from stack_config import SchedulerConfig  # noqa: E402
 
 GPU = WHOLE_GPU
 NODE_PODS = 110

@@ -39,25 +39,23 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, cast
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+import pulumi
+from kubernetes import client
 
-import pulumi  # noqa: E402
-from kubernetes import client  # noqa: E402
-
-from components import (  # noqa: E402
+from components import (
     ClusterAccess,
     ExtendedResourceNodes,
     ExtendedResourceNodesArgs,
     TaintedGpuPool,
     TaintedGpuPoolArgs,
 )
-from components.tainted_gpu_pool import Taint  # noqa: E402
-from tools.harness import LocalControlPlane  # noqa: E402
-from tools.harness.fake_nodes import create_nodes, gpu_node  # noqa: E402
-from tools.harness.processes import descendants, process_table, rss_mib  # noqa: E402
-from tools.harness.pulumi_engine import inline_stack, use_cluster  # noqa: E402
+from components.tainted_gpu_pool import Taint
+from tools.harness import LocalControlPlane
+from tools.harness.fake_nodes import create_nodes, gpu_node
+from tools.harness.processes import descendants, process_table, rss_mib
+from tools.harness.pulumi_engine import inline_stack, use_cluster
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 SIZES = (100, 500, 1213, 2000)  # 1,213: the openb trace's node list
 TAINT = Taint()
@@ -74,9 +72,7 @@ def program(nodes: Sequence[str]) -> Callable[[], None]:
 
     def run() -> None:
         # The providers take the cluster from the stack config (use_cluster), as in the stack.
-        access = ClusterAccess(
-            provider=cast(Any, None), kubeconfig=pulumi.Output.secret(""), context=None
-        )
+        access = ClusterAccess(provider=cast(Any, None))
         extended = ExtendedResourceNodes(
             "extended-resources",
             ExtendedResourceNodesArgs(access=access, nodes=dict.fromkeys(nodes, EXTENDED)),

@@ -9,7 +9,7 @@ from components.control_plane_features import (
     RemoteHost,
     SshAccess,
 )
-from components.extended_resource_node import ExtendedResourceNodes, ExtendedResourceNodesArgs
+from components.extended_resource_nodes import ExtendedResourceNodes, ExtendedResourceNodesArgs
 from components.gpu_operator import DcgmTarget, GpuOperator, GpuOperatorArgs
 from components.gpu_operator_settings import TimeSlicing
 from components.monitoring_stack import MonitoringStack, MonitoringStackArgs

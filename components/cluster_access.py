@@ -1,5 +1,6 @@
-"""How every layer reaches the cluster: one explicit kubernetes Provider plus the credentials
-the dynamic providers need. Nothing in the stack uses the ambient default provider.
+"""How every layer reaches the cluster: one explicit kubernetes Provider behind the stack's
+claim. Nothing in the stack uses the ambient default provider; the dynamic providers take their
+credentials from the run's config (components/providers/credentials.py).
 
 One stack manages a cluster, and the cluster says which: the claim, ConfigMap
 kube-system/<project>, records the stack's id (minted on its first `up`, kept across a
@@ -19,7 +20,6 @@ kubernetesVersion (the binpack scheduler's image tag) against the API server's /
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +27,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.providers.credentials import kubeconfig_content
+from components.kubernetes_version import major_minor
 from components.providers.node_api import (
     api_client_from_kubeconfig,
     stack_identity,
@@ -51,21 +51,16 @@ HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 SCHEDULER_MINORS_BEHIND = 1
 # How long a preview waits for /version before going on without the check.
 VERSION_TIMEOUT_S = 5.0
-_MINOR = re.compile(r"v?(?P<major>[0-9]+)\.(?P<minor>[0-9]+)")
 
 
 def server_version(kubeconfig: str, context: str | None) -> str:
-    """The API server's gitVersion (GET /version). Raises when it cannot be reached."""
+    """The API server's gitVersion (GET /version), reached with kubeconfig content. Raises
+    when it cannot be reached."""
     from kubernetes import client
 
-    api = client.VersionApi(api_client_from_kubeconfig(kubeconfig_content(kubeconfig), context))
+    api = client.VersionApi(api_client_from_kubeconfig(kubeconfig, context))
     info = api.get_code(_request_timeout=VERSION_TIMEOUT_S)
     return str(info.git_version)
-
-
-def _minors(version: str) -> tuple[int, int] | None:
-    match = _MINOR.match(version)
-    return None if match is None else (int(match["major"]), int(match["minor"]))
 
 
 def _allowed(server: tuple[int, int]) -> str:
@@ -76,7 +71,7 @@ def _allowed(server: tuple[int, int]) -> str:
 def scheduler_skew_problem(scheduler: str, server: str) -> Problem | None:
     """Why kube-scheduler `scheduler` must not run against kube-apiserver `server` (it is
     newer), or None."""
-    have, want = _minors(server), _minors(scheduler)
+    have, want = major_minor(server), major_minor(scheduler)
     if have is None or want is None or want <= have:
         return None
     return Problem(
@@ -92,7 +87,7 @@ def scheduler_skew_warning(scheduler: str, server: str) -> str | None:
     """A warning when kube-scheduler `scheduler` is more than one minor older than `server`:
     outside the skew policy, yet still served by the API server, so not refused (an API
     server upgraded before the stack's kubernetesVersion is the usual cause)."""
-    have, want = _minors(server), _minors(scheduler)
+    have, want = major_minor(server), major_minor(scheduler)
     if have is None or want is None or want >= (have[0], have[1] - SCHEDULER_MINORS_BEHIND):
         return None
     return (
@@ -103,7 +98,8 @@ def scheduler_skew_warning(scheduler: str, server: str) -> str | None:
 
 
 def check_version_skew(kubeconfig: str, context: str | None, scheduler: str) -> str | None:
-    """Refuse (ConfigError) a kubernetesVersion newer than the live cluster's API server.
+    """Refuse (ConfigError) a kubernetesVersion newer than the live cluster's API server
+    (reached with `kubeconfig`, the content stack_config read).
 
     Returns a warning for one more than a minor older, or instead of checking when the
     cluster cannot be reached (a preview on a machine without access); None when the
@@ -157,18 +153,13 @@ def apply_with_force(
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterAccess:
-    """Credentials and provider handed to every component."""
+    """The provider and the claim handed to every component."""
 
     provider: k8s.Provider
     """The explicit kubernetes Provider for every Kubernetes object of the stack (it waits for
     the claim)."""
     claim: pulumi.Resource | None = None
     """The stack's claim on the cluster: what the layers that do not use `provider` wait for."""
-    kubeconfig: pulumi.Output[str]
-    """Self-contained kubeconfig content, always a Pulumi secret. The dynamic providers read
-    theirs from the stack config at run time (components/providers/credentials.py)."""
-    context: str | None
-    """Kubeconfig context, or None for its current-context."""
 
     @property
     def after_claim(self) -> list[pulumi.Resource]:
@@ -184,15 +175,15 @@ class ClusterAccess:
 
     @classmethod
     def create(cls, name: str, kubeconfig: str, context: str | None) -> ClusterAccess:
-        """The claim (its own provider), then the provider everything else uses; registers the
-        stack transformation that applies every other object with force."""
-        content = kubeconfig_content(kubeconfig)
-        secret = pulumi.Output.secret(content)
+        """The claim (its own provider), then the provider everything else uses, both with
+        `kubeconfig` content as a secret; registers the stack transformation that applies every
+        other object with force."""
+        secret = pulumi.Output.secret(kubeconfig)
 
         def provider(provider_name: str, opts: pulumi.ResourceOptions | None = None) -> Any:
             return k8s.Provider(
                 provider_name,
-                kubeconfig=secret if content else None,
+                kubeconfig=secret if kubeconfig else None,
                 context=context,
                 enable_server_side_apply=True,
                 # A changed ConfigMap or Secret is updated in place, not replaced (with its
@@ -214,4 +205,4 @@ class ClusterAccess:
         )
         pulumi.runtime.register_stack_transformation(apply_with_force(claim))
         main = provider(name, pulumi.ResourceOptions(depends_on=[claim]))
-        return cls(provider=main, claim=claim, kubeconfig=secret, context=context)
+        return cls(provider=main, claim=claim)

@@ -26,6 +26,7 @@ from components.control_plane_features import (
 from components.feature_gates import unknown_gate_problem
 from components.settings import (
     BOOL,
+    PROJECT,
     NodeRefs,
     Settings,
     between,
@@ -140,7 +141,7 @@ class ControlPlaneSettings(Settings):
         if info.data.get("enabled") and key_set is False and not agent:
             raise problem(
                 "required when controlPlane.enabled is true (pulumi config set --secret "
-                "gpu-cluster:sshPrivateKey < key), unless controlPlane.sshAgent is true",
+                f"{PROJECT}:sshPrivateKey < key), unless controlPlane.sshAgent is true",
                 key="sshPrivateKey",
                 value="",
             )
@@ -156,7 +157,7 @@ class ControlPlaneSettings(Settings):
         for i, name in enumerate(hosts):
             if name in inventory and not inventory[name]:
                 raise problem(
-                    "node has no address in gpu-cluster:nodes; SSH needs one",
+                    f"node has no address in {PROJECT}:nodes; SSH needs one",
                     at=f"[{i}]",
                     value=name,
                 )

@@ -12,20 +12,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from components.kubernetes_version import major_minor
+
 DATA_FILE = Path(__file__).resolve().parent / "feature_gates.json"
 # Accepted by every component's --feature-gates whatever the version.
 ALWAYS_KNOWN = ("AllAlpha", "AllBeta")
 
 
-def parse_version(version: str) -> tuple[int, int]:
-    """(major, minor) of "v1.37.2" or "1.37"."""
-    major, minor = version.lstrip("v").split(".")[:2]
-    return int(major), int(minor)
+def _first_version(gate: str, version: str) -> tuple[int, int]:
+    parsed = major_minor(version)
+    if parsed is None:
+        raise ValueError(f"{DATA_FILE}: gate {gate} has no MAJOR.MINOR version: {version!r}")
+    return parsed
 
 
 def _load() -> tuple[str, dict[str, tuple[int, int]]]:
     data = json.loads(DATA_FILE.read_text())
-    return str(data["source"]), {k: parse_version(v) for k, v in data["gates"].items()}
+    return str(data["source"]), {k: _first_version(k, v) for k, v in data["gates"].items()}
 
 
 SOURCE, FIRST_VERSION = _load()
@@ -42,10 +45,10 @@ def unknown_gate_problem(name: str, version: str) -> str | None:
             f"not a feature gate known to {SOURCE}; kube-apiserver and the kubelet refuse "
             "to start on an unknown gate"
         )
-    major, minor = parse_version(version)
-    if (major, minor) < first:
+    wanted = major_minor(version)
+    if wanted is not None and wanted < first:
         return (
             f"this gate first appears in v{first[0]}.{first[1]}, so kubernetesVersion "
-            f"v{major}.{minor} does not know it; kube-apiserver would refuse to start"
+            f"v{wanted[0]}.{wanted[1]} does not know it; kube-apiserver would refuse to start"
         )
     return None

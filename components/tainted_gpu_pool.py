@@ -23,6 +23,7 @@ from components.providers.pool_nodes import GpuPoolNodes
 from components.settings import (
     LABEL_KEY,
     LABEL_VALUE,
+    PROJECT,
     QUALIFIED_NAME,
     NodeRefs,
     Rule,
@@ -32,7 +33,7 @@ from components.settings import (
     text,
 )
 
-TOKEN = "gpu-cluster:index:TaintedGpuPool"
+TOKEN = f"{PROJECT}:index:TaintedGpuPool"
 
 # GPU pods tolerate the pool's taint through the API server's ExtendedResourceToleration
 # admission plugin, which adds `{key: <requested resource>, operator: Exists, effect:
@@ -47,7 +48,7 @@ TAINT_EFFECT = Rule(
     "the node's agents)",
     lambda v: isinstance(v, str) and v in TAINT_EFFECTS,
 )
-DEFAULT_LABELS: Mapping[str, str] = {"gpu-cluster.io/pool": "gpu"}
+DEFAULT_LABELS: Mapping[str, str] = {f"{PROJECT}.io/pool": "gpu"}
 
 
 class Taint(Settings):

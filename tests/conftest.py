@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import runpy
-import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,8 +23,6 @@ from pulumi.runtime import rpc, settings
 from pulumi.runtime.mocks import MockMonitor
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 SECRET_SIG = rpc._special_sig_key  # "4dabf18193072939515e22adb298388d"
 SECRET_VALUE = rpc._special_secret_sig
@@ -181,7 +178,7 @@ def component_access(context: str | None = None) -> Any:
 
     kubeconfig = pulumi.Output.secret("apiVersion: v1\nkind: Config\n")
     provider = k8s.Provider("cluster", kubeconfig=kubeconfig, context=context)
-    return ClusterAccess(provider=provider, kubeconfig=kubeconfig, context=context)
+    return ClusterAccess(provider=provider)
 
 
 def register(

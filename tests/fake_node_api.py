@@ -136,8 +136,10 @@ def stack_config_request(kubeconfig: str = "kubeconfig-text", context: str = "")
     """What the engine hands a dynamic provider at start: the stack's config."""
     from pulumi.dynamic import Config, ConfigureRequest
 
-    raw = {"gpu-cluster:kubeconfig": kubeconfig, "gpu-cluster:kubeContext": context}
-    return ConfigureRequest(Config(raw_config=raw, project_name="gpu-cluster"))
+    from stack_config import CONTEXT_KEY, KUBECONFIG_KEY, PROJECT
+
+    raw = {KUBECONFIG_KEY: kubeconfig, CONTEXT_KEY: context}
+    return ConfigureRequest(Config(raw_config=raw, project_name=PROJECT))
 
 
 def configured(provider: P) -> P:

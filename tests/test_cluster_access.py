@@ -110,7 +110,7 @@ def test_cluster_access_reads_a_distributions_git_version() -> None:
 
 
 def test_cluster_access_checks_the_live_version(version_server: str, tmp_path: Path) -> None:
-    kubeconfig = str(_kubeconfig(tmp_path / "kubeconfig", version_server))
+    kubeconfig = _kubeconfig(tmp_path / "kubeconfig", version_server).read_text()
     assert check_version_skew(kubeconfig, None, "v1.37.2") is None
     assert check_version_skew(kubeconfig, None, "v1.35.4") == scheduler_skew_warning(
         "v1.35.4", "v1.37.2"
@@ -125,7 +125,7 @@ def test_cluster_access_unreachable_cluster_skips_with_a_warning(tmp_path: Path)
     server = HTTPServer(("127.0.0.1", 0), _Version)
     closed = f"http://127.0.0.1:{server.server_address[1]}"
     server.server_close()
-    kubeconfig = str(_kubeconfig(tmp_path / "kubeconfig", closed))
+    kubeconfig = _kubeconfig(tmp_path / "kubeconfig", closed).read_text()
     warning = check_version_skew(kubeconfig, None, "v1.38.1")
     assert warning is not None
     assert warning.startswith(

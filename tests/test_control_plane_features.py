@@ -40,11 +40,8 @@ def _host(name: str, last_octet: int) -> RemoteHost:
 
 def _make_features(**overrides: Any) -> Recording:
     def build() -> None:
-        access = ClusterAccess(
-            provider=None,  # no Kubernetes objects in this component
-            kubeconfig=pulumi.Output.secret("apiVersion: v1\nkind: Config\n"),
-            context="admin@lab",
-        )
+        # No Kubernetes objects in this component.
+        access = ClusterAccess(provider=None)
         args: dict[str, Any] = {
             "access": access,
             "ssh": SshAccess(user="ops", private_key=pulumi.Output.secret(KEY)),

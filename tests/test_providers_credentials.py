@@ -7,11 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.providers.credentials import (
-    KubeconfigNotFound,
-    from_stack_config,
-    kubeconfig_content,
-)
+from stack_config import KubeconfigNotFound, kubeconfig_content, kubernetes_access
 from tests.fake_node_api import stack_config_request
 
 
@@ -49,7 +45,7 @@ def test_a_configured_path_that_does_not_exist_is_an_error_not_the_default_clust
     assert missing not in message  # the path may be stored as a secret
     # The providers stop at configure, before any call reaches a cluster.
     with pytest.raises(KubeconfigNotFound):
-        from_stack_config(stack_config_request(missing).config)
+        kubernetes_access(stack_config_request(missing).config)
 
 
 def test_an_empty_key_uses_the_kubeconfig_env_merged_the_way_kubectl_merges_it(

@@ -15,11 +15,11 @@ from components.providers.node_api import (
     NodeNotFound,
     StackIdentityProvider,
     _api_error,
-    flatten_kubeconfig,
     json_pointer_escape,
     stack_identity,
     update_node,
 )
+from stack_config import flatten_kubeconfig
 from tests.conftest import register
 from tests.fake_node_api import FakeNodeApi
 

@@ -12,8 +12,11 @@ import pytest
 
 from components.providers.node_api import NodeApiError
 from components.providers.node_set import failure_message
-from components.providers.node_taint import NodeTaintProvider, taint_ownership_key
-from components.providers.pool_nodes import GpuPoolNodesProvider, label_ownership_key
+from components.providers.pool_nodes import (
+    GpuPoolNodesProvider,
+    label_ownership_key,
+    taint_ownership_key,
+)
 from tests.fake_node_api import SERVER, FakeNodeApi, configured
 
 UNSCHEDULABLE = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
@@ -188,20 +191,6 @@ def test_pool_nodes_delete_names_every_node_it_could_not_release() -> None:
         provider.delete("id", outs)
     assert "gpu-001: " in str(failure.value) and "gpu-004: " in str(failure.value)
     assert _taints(api, "gpu-000") == [] and _taints(api, "gpu-001") == [GPU]
-
-
-def test_pool_nodes_take_over_from_per_node_taints_whose_delete_then_leaves_them() -> None:
-    """A stack deployed with one NodeTaint per node: the engine creates the pool, then deletes
-    the per-node resources; the taint stays, and destroy later restores the original entry."""
-    api = FakeNodeApi({"gpu-1": {"spec": {"taints": [{**GPU, "value": "old"}]}}})
-    per_node = configured(NodeTaintProvider(lambda _kubeconfig, _context: api))
-    old = _outs(per_node.create({"node": "gpu-1", "owner": OWNER, **GPU}))
-    provider = _make_provider(api)
-    outs = _outs(provider.create(_props(["gpu-1"])))
-    per_node.delete("id", old)
-    assert _taints(api, "gpu-1") == [GPU]
-    provider.delete("id", outs)
-    assert _taints(api, "gpu-1") == [{**GPU, "value": "old"}]
 
 
 def test_pool_nodes_refuse_to_run_unconfigured() -> None:

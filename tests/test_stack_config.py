@@ -809,7 +809,7 @@ def test_config_rejects_kubeconfig_path_that_does_not_exist(tmp_path: Path) -> N
 def test_config_accepts_kubeconfig_path_that_exists(tmp_path: Path) -> None:
     path = tmp_path / "admin.conf"
     path.write_text("apiVersion: v1\nkind: Config\n")
-    assert _parse(kubeconfig=str(path)).kubernetes.kubeconfig == str(path)
+    assert _parse(kubeconfig=str(path)).kubeconfig == str(path)
 
 
 def test_config_rejects_kubeconfig_file_that_is_not_a_kubeconfig(tmp_path: Path) -> None:

@@ -20,12 +20,8 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from components.admission_plugins import ADMISSION_PLUGINS_FILE  # noqa: E402
-from tools.harness import require_tool  # noqa: E402
+from components.admission_plugins import ADMISSION_PLUGINS_FILE
+from tools.harness import require_tool
 
 HEADER = (
     "# Admission plugins each kube-apiserver minor accepts in --enable-admission-plugins.\n"

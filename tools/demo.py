@@ -36,12 +36,10 @@ import yaml
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+from tools.harness.controlplane import missing_tools
+from tools.harness.stack import STACK_TOOLS, AppliedStack, StackError
 
-from tools.harness.controlplane import missing_tools  # noqa: E402
-from tools.harness.stack import STACK_TOOLS, AppliedStack, StackError  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 GPU = "nvidia.com/gpu"
 

@@ -11,7 +11,6 @@ in its state, which the claim on the cluster and the ownership records on the no
 
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
 import json
@@ -20,7 +19,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, Protocol
 
 import pulumi
@@ -34,7 +32,9 @@ from pulumi.dynamic import (
     UpdateResult,
 )
 
-FIELD_MANAGER = "gpu-cluster"
+from components.settings import PROJECT
+
+FIELD_MANAGER = PROJECT
 CONNECTIONS = 8
 """Node calls in flight at once (the node-set providers' thread pool, the client's pool)."""
 LIST_PAGE = 500
@@ -79,31 +79,6 @@ class NodeApi(Protocol):
 def json_pointer_escape(token: str) -> str:
     """Escape one JSON-pointer token: `~` as `~0`, `/` as `~1` (RFC 6901, section 3)."""
     return token.replace("~", "~0").replace("/", "~1")
-
-
-def flatten_kubeconfig(path: Path) -> str:
-    """Kubeconfig content with file references inlined, like `kubectl config view --flatten`.
-
-    The content travels to the dynamic providers as a secret input, so it must not point at
-    files relative to a laptop's working directory.
-    """
-    document = yaml.safe_load(path.read_text()) or {}
-    base = path.parent
-    refs = {
-        "clusters": ("cluster", {"certificate-authority": "certificate-authority-data"}),
-        "users": (
-            "user",
-            {"client-certificate": "client-certificate-data", "client-key": "client-key-data"},
-        ),
-    }
-    for section, (inner, keys) in refs.items():
-        for entry in document.get(section) or []:
-            body = entry.get(inner) or {}
-            for file_key, data_key in keys.items():
-                ref = body.pop(file_key, None)
-                if ref and data_key not in body:
-                    body[data_key] = base64.b64encode((base / ref).read_bytes()).decode()
-    return yaml.safe_dump(document, sort_keys=False)
 
 
 def api_client_from_kubeconfig(
@@ -294,7 +269,7 @@ class StackIdentityProvider(ResourceProvider):
         return ReadResult(id_=id_, outs=props)
 
 
-class StackIdentity(Resource, module="gpu-cluster", name="StackIdentity"):
+class StackIdentity(Resource, module=PROJECT, name="StackIdentity"):
     """The stack's id (this resource's id): minted on the stack's first `up`, kept in its state."""
 
     label: pulumi.Output[str]
@@ -329,7 +304,7 @@ def stack_identity() -> pulumi.Output[str]:
         return _identity[1]
 
 
-OWNERSHIP_PREFIX = "ownership.gpu-cluster.io/"
+OWNERSHIP_PREFIX = f"ownership.{PROJECT}.io/"
 """Prefix of the node annotations that record what the stack added and what it replaced."""
 
 
@@ -347,15 +322,6 @@ def ownership(node: Mapping[str, Any], annotation: str) -> dict[str, Any] | None
     except ValueError:
         return None
     return record if isinstance(record, dict) else None
-
-
-def owned_by_another(record: Mapping[str, Any] | None, owner: str, what: str, node: str) -> None:
-    """Refuse to take over what another stack added."""
-    if record is not None and record.get("owner") != owner:
-        raise NodeApiError(
-            f"{what} on node {node!r} is managed by stack {record.get('owner')!r}; two stacks "
-            "must not manage the same item"
-        )
 
 
 def update_node(
@@ -469,17 +435,3 @@ def read_modify_write(
                 raise
             sleep(_backoff(attempt))
     raise AssertionError("unreachable")
-
-
-def credential_props(
-    kubeconfig: pulumi.Input[str], context: pulumi.Input[str] | None
-) -> dict[str, Any]:
-    """The provider inputs that reach the cluster: the kubeconfig always a secret."""
-    return {"kubeconfig": pulumi.Output.secret(kubeconfig), "context": context or ""}
-
-
-def secret_credentials(opts: pulumi.ResourceOptions | None) -> pulumi.ResourceOptions:
-    """`opts`, with the kubeconfig kept secret in the resource's outputs too."""
-    return pulumi.ResourceOptions.merge(
-        opts, pulumi.ResourceOptions(additional_secret_outputs=["kubeconfig"])
-    )

@@ -39,13 +39,51 @@ from components.providers.node_set import (
     refuse_set_since,
     written,
 )
-from components.providers.node_taint import (
-    equal_taint,
-    find_taint,
-    set_taint,
-    taint_entry,
-    taint_ownership_key,
-)
+from components.settings import PROJECT
+
+
+def _same(taint: Mapping[str, Any], key: str, effect: str) -> bool:
+    return taint.get("key") == key and taint.get("effect") == effect
+
+
+def find_taint(node: Mapping[str, Any], key: str, effect: str) -> dict[str, Any] | None:
+    """The node's taint with this (key, effect), or None."""
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if _same(taint, key, effect):
+            return dict(taint)
+    return None
+
+
+def taint_entry(key: str, value: str, effect: str) -> dict[str, Any]:
+    """A taint as the API stores it (an empty value is omitted)."""
+    return {"key": key, "effect": effect, **({"value": value} if value else {})}
+
+
+def equal_taint(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return all((a.get(f) or "") == (b.get(f) or "") for f in ("key", "value", "effect"))
+
+
+def set_taint(key: str, effect: str, wanted: Mapping[str, Any] | None) -> Mutate:
+    """A mutate function for update_node: make the (key, effect) entry `wanted`, or drop it.
+
+    Every other taint is kept as it is, in its place.
+    """
+
+    def mutate(node: Mapping[str, Any]) -> dict[str, Any] | None:
+        taints = list((node.get("spec") or {}).get("taints") or [])
+        current = next((t for t in taints if _same(t, key, effect)), None)
+        if current is None and wanted is None:
+            return None
+        if current is not None and wanted is not None and equal_taint(current, wanted):
+            return None
+        new = [t for t in taints if not _same(t, key, effect)] + ([dict(wanted)] if wanted else [])
+        return {"spec": {"taints": new or None}}
+
+    return mutate
+
+
+def taint_ownership_key(key: str, effect: str) -> str:
+    return ownership_key("taint", f"{key}:{effect}")
 
 
 def label_ownership_key(name: str) -> str:
@@ -238,7 +276,7 @@ class GpuPoolNodesProvider(NodeSetProvider):
         return {**record, "drift": drift}
 
 
-class GpuPoolNodes(Resource, module="gpu-cluster", name="GpuPoolNodes"):
+class GpuPoolNodes(Resource, module=PROJECT, name="GpuPoolNodes"):
     """The pool's taint and labels on every pool node, leaving every other taint alone."""
 
     applied: pulumi.Output[dict[str, Any]]

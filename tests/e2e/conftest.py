@@ -7,7 +7,6 @@ Without the tools the tests skip with the reason; under CI=true a missing tool f
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,13 +14,9 @@ from typing import Any
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from tools.harness.cluster import PodNetwork  # noqa: E402
-from tools.harness.controlplane import ControlPlaneError, missing_tools, tools_bin  # noqa: E402
-from tools.harness.stack import STACK_TOOLS, AppliedStack  # noqa: E402
+from tools.harness.cluster import PodNetwork
+from tools.harness.controlplane import ControlPlaneError, missing_tools, tools_bin
+from tools.harness.stack import STACK_TOOLS, AppliedStack
 
 E2E_DIR = Path(__file__).resolve().parent
 

@@ -24,7 +24,7 @@ import pytest
 from kubernetes import client
 from pulumi import automation as auto
 
-from components.providers import advertised_resources, pool_nodes
+from components.providers import extended_resource_nodes, pool_nodes
 from components.providers.node_api import stack_label
 from stack_config import StackConfig
 from tests.integration.conftest import require_tools
@@ -181,7 +181,7 @@ def _program_without_ids(config: StackConfig) -> auto.PulumiFn:
     def before_ids() -> None:
         with (
             mock.patch.object(pool_nodes, "stack_identity", stack_label),
-            mock.patch.object(advertised_resources, "stack_identity", stack_label),
+            mock.patch.object(extended_resource_nodes, "stack_identity", stack_label),
         ):
             program()
 

@@ -15,17 +15,11 @@ import pytest
 from kubernetes import client
 
 from components.providers import node_api
-from components.providers.advertised_resources import AdvertisedResourcesProvider
-from components.providers.extended_resource import ExtendedResourceProvider
+from components.providers.extended_resource_nodes import ExtendedResourceNodesProvider
 from components.providers.node_api import (
-    Conflict,
     KubeNodeApi,
-    NodeApi,
     NodeApiError,
-    NodeNotFound,
-    connect,
 )
-from components.providers.node_taint import NodeTaintProvider
 from components.providers.pool_nodes import GpuPoolNodesProvider
 from tests.fake_node_api import stack_config_request
 from tools.harness import LocalControlPlane
@@ -77,92 +71,6 @@ def _live(core: client.CoreV1Api, name: str) -> dict[str, Any]:
     return node
 
 
-def _resource_props(kubeconfig: str, node: str, quantity: int) -> dict[str, Any]:
-    return {"node": node, "resource": DONGLE, "quantity": quantity, "owner": "org/gpu-cluster/a"}
-
-
-def _taint_props(
-    kubeconfig: str, node: str, value: str = "present", owner: str = "org/gpu-cluster/a"
-) -> dict[str, Any]:
-    return {
-        "node": node,
-        "key": "nvidia.com/gpu",
-        "value": value,
-        "effect": "NoSchedule",
-        "owner": owner,
-    }
-
-
-def test_extended_resource_appears_in_capacity_and_allocatable(
-    kubeconfig: str, core: client.CoreV1Api, node: str
-) -> None:
-    _configure(ExtendedResourceProvider(), kubeconfig).create(_resource_props(kubeconfig, node, 4))
-
-    status = _live(core, node)["status"]
-    assert status["capacity"][DONGLE] == "4"
-    assert status["allocatable"][DONGLE] == "4"
-
-
-def test_extended_resource_update_changes_the_count(
-    kubeconfig: str, core: client.CoreV1Api, node: str
-) -> None:
-    provider = _configure(ExtendedResourceProvider(), kubeconfig)
-    created = provider.create(_resource_props(kubeconfig, node, 4))
-
-    provider.update(str(created.id), created.outs or {}, _resource_props(kubeconfig, node, 6))
-
-    status = _live(core, node)["status"]
-    assert (status["capacity"][DONGLE], status["allocatable"][DONGLE]) == ("6", "6")
-
-
-def test_extended_resource_delete_removes_only_its_key(
-    kubeconfig: str, core: client.CoreV1Api, node: str
-) -> None:
-    provider = _configure(ExtendedResourceProvider(), kubeconfig)
-    props = _resource_props(kubeconfig, node, 4)
-    created = provider.create(props)
-
-    provider.delete(str(created.id), props)
-
-    status = _live(core, node)["status"]
-    for field in ("capacity", "allocatable"):
-        assert DONGLE not in status[field]
-        assert status[field]["example.org/other"] == "2"
-        assert status[field]["cpu"] == "8"
-
-
-def test_extended_resource_read_sees_a_change_behind_its_back(
-    kubeconfig: str, core: client.CoreV1Api, node: str
-) -> None:
-    provider = _configure(ExtendedResourceProvider(), kubeconfig)
-    props = _resource_props(kubeconfig, node, 4)
-    created = provider.create(props)
-    # What the kubelet does on re-registration: the manually advertised resource is gone.
-    core.patch_node_status(
-        node,
-        [{"op": "remove", "path": "/status/capacity/example.com~1dongle"}],
-        _content_type="application/json-patch+json",
-    )
-
-    read = provider.read(str(created.id), props)
-
-    assert (read.outs or {})["quantity"] is None
-    provider.create(props)  # the next `pulumi up` puts it back
-    assert _live(core, node)["status"]["capacity"][DONGLE] == "4"
-
-
-def test_extended_resource_missing_node_names_node_and_server(
-    kubeconfig: str, control_plane: LocalControlPlane
-) -> None:
-    with pytest.raises(NodeNotFound) as caught:
-        _configure(ExtendedResourceProvider(), kubeconfig).create(
-            _resource_props(kubeconfig, "no-such-node", 1)
-        )
-
-    assert "'no-such-node'" in str(caught.value)
-    assert control_plane.server in str(caught.value)
-
-
 def test_refused_credentials_name_node_and_server(
     control_plane: LocalControlPlane, node: str
 ) -> None:
@@ -174,133 +82,6 @@ def test_refused_credentials_name_node_and_server(
     message = str(caught.value)
     assert "refused the credentials" in message and "HTTP 401" in message
     assert repr(node) in message and control_plane.server in message
-
-
-def test_node_taint_keeps_taints_kubernetes_manages(
-    kubeconfig: str, core: client.CoreV1Api, node: str
-) -> None:
-    core.patch_node(node, {"spec": {"taints": [UNSCHEDULABLE]}})
-    provider = _configure(NodeTaintProvider(), kubeconfig)
-    props = _taint_props(kubeconfig, node)
-
-    created = provider.create(props)
-    after_create = _live(core, node)["spec"]["taints"]
-    provider.update(str(created.id), created.outs or {}, _taint_props(kubeconfig, node, "shared"))
-    after_update = _live(core, node)["spec"]["taints"]
-    provider.delete(str(created.id), created.outs or {})
-    after_delete = _live(core, node)["spec"].get("taints")
-
-    ours = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
-    assert after_create == [UNSCHEDULABLE, {**ours, "value": "present"}]
-    assert after_update == [UNSCHEDULABLE, {**ours, "value": "shared"}]
-    assert after_delete == [UNSCHEDULABLE]
-
-
-def test_node_taint_delete_restores_a_taint_that_predates_the_stack(
-    kubeconfig: str, core: client.CoreV1Api, node: str
-) -> None:
-    theirs = {"key": "nvidia.com/gpu", "value": "reserved", "effect": "NoSchedule"}
-    core.patch_node(node, {"spec": {"taints": [theirs]}})
-    provider = _configure(NodeTaintProvider(), kubeconfig)
-
-    created = provider.create(_taint_props(kubeconfig, node))
-    assert _live(core, node)["spec"]["taints"] == [{**theirs, "value": "present"}]
-    provider.delete(str(created.id), created.outs or {})
-
-    assert _live(core, node)["spec"]["taints"] == [theirs]
-
-
-def test_node_taint_read_sees_removal_behind_its_back(
-    kubeconfig: str, core: client.CoreV1Api, node: str
-) -> None:
-    provider = _configure(NodeTaintProvider(), kubeconfig)
-    props = _taint_props(kubeconfig, node)
-    created = provider.create(props)
-    core.patch_node(node, {"spec": {"taints": None}})
-
-    read = provider.read(str(created.id), created.outs or {})
-
-    assert (read.outs or {})["present"] is False
-    assert provider.diff(str(created.id), read.outs or {}, props).changes
-
-
-class _RacingApi:
-    """The real NodeApi, with another writer sneaking in between our read and our write.
-
-    The first merge patch is preceded by a concurrent taint added through a separate client,
-    so the API server must reject our stale resourceVersion with 409 Conflict.
-    """
-
-    def __init__(self, api: NodeApi, core: client.CoreV1Api) -> None:
-        self._api = api
-        self._core = core
-        self.server = api.server
-        self.conflicts = 0
-        self.raced = False
-
-    def get_node(self, name: str) -> dict[str, Any]:
-        return self._api.get_node(name)
-
-    def list_nodes(self) -> list[dict[str, Any]]:
-        return self._api.list_nodes()
-
-    def patch_status(self, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
-        return self._api.patch_status(name, ops)
-
-    def merge_patch(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        if not self.raced:
-            self.raced = True
-            racer = {"key": "example.org/maintenance", "effect": "PreferNoSchedule"}
-            self._core.patch_node(name, {"spec": {"taints": [racer]}})
-        try:
-            return self._api.merge_patch(name, patch)
-        except Conflict:
-            self.conflicts += 1
-            raise
-
-
-def test_node_taint_concurrent_write_is_retried_not_lost(
-    kubeconfig: str, core: client.CoreV1Api, node: str
-) -> None:
-    racing: list[_RacingApi] = []
-
-    def connect_racing(config: str, context: str | None) -> NodeApi:
-        racing.append(_RacingApi(connect(config, context), core))
-        return racing[-1]
-
-    _configure(NodeTaintProvider(connect_racing), kubeconfig).create(_taint_props(kubeconfig, node))
-
-    taints = _live(core, node)["spec"]["taints"]
-    assert [r.conflicts for r in racing] == [1]
-    assert {"key": "example.org/maintenance", "effect": "PreferNoSchedule"} in taints
-    assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"} in taints
-
-
-def test_two_stacks_on_one_cluster_never_undo_each_other(
-    kubeconfig: str, core: client.CoreV1Api, node: str
-) -> None:
-    """The owner is recorded on the Node itself: a second stack is refused, and destroying it
-    (or re-running the first after an interruption) leaves the first stack's taint as it is."""
-    first = _configure(NodeTaintProvider(), kubeconfig)
-    outs = dict(first.create(_taint_props(kubeconfig, node)).outs or {})
-    again = dict(first.create(_taint_props(kubeconfig, node)).outs or {})
-    assert again["previous"] is None  # its own taint is not taken for a prior one
-
-    second = _configure(NodeTaintProvider(), kubeconfig)
-    with pytest.raises(NodeApiError, match="managed by stack 'org/gpu-cluster/a'"):
-        second.create(_taint_props(kubeconfig, node, "b", owner="org/gpu-cluster/b"))
-    second.delete(
-        "id", {**_taint_props(kubeconfig, node, "b", owner="org/gpu-cluster/b"), "previous": None}
-    )
-    taints = _live(core, node)["spec"]["taints"]
-    assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"} in taints
-
-    first.delete("id", outs)
-    live = _live(core, node)
-    assert all(t["key"] != "nvidia.com/gpu" for t in live["spec"].get("taints") or [])
-    assert not any(
-        k.startswith("ownership.gpu-cluster.io/") for k in live["metadata"].get("annotations") or {}
-    )
 
 
 @pytest.fixture
@@ -325,7 +106,7 @@ def test_node_sets_apply_refresh_and_undo_a_fleet(
     monkeypatch.setattr(node_api, "LIST_PAGE", 2)  # refresh reads the nodes in pages
     before = {name: _live(core, name) for name in fleet}
     pool = _configure(GpuPoolNodesProvider(), kubeconfig)
-    advertised = _configure(AdvertisedResourcesProvider(), kubeconfig)
+    advertised = _configure(ExtendedResourceNodesProvider(), kubeconfig)
     owner = "org/gpu-cluster/a"
     taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
     pool_props = {"nodes": fleet, "labels": {"gpu-cluster.io/pool": "gpu"}, "owner": owner, **taint}

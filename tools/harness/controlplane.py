@@ -263,10 +263,6 @@ class SchedulerHandle:
     def log_path(self) -> Path:
         return self._process.log_path
 
-    @property
-    def healthz_url(self) -> str:
-        return f"https://127.0.0.1:{self.secure_port}/healthz"
-
     def running(self) -> bool:
         return self._process.running()
 

@@ -39,8 +39,7 @@ from components import (
     TaintedGpuPool,
     TaintedGpuPoolArgs,
 )
-from components.providers.credentials import CONTEXT_KEY, KUBECONFIG_KEY
-from stack_config import StackConfig, parse_stack_config
+from stack_config import CONTEXT_KEY, KUBECONFIG_KEY, StackConfig, parse_stack_config
 
 from .controlplane import find_tool, require_tool, tools_bin
 
@@ -126,9 +125,7 @@ def node_layers_program(config: StackConfig) -> auto.PulumiFn:
 
     def program() -> None:
         # No kubernetes object is declared, so no kubernetes Provider is needed.
-        access = ClusterAccess(
-            provider=cast(Any, None), kubeconfig=pulumi.Output.secret(""), context=None
-        )
+        access = ClusterAccess(provider=cast(Any, None))
         extended = ExtendedResourceNodes(
             "extended-resources",
             ExtendedResourceNodesArgs(access=access, nodes=config.extended_resources),
@@ -144,12 +141,6 @@ def node_layers_program(config: StackConfig) -> auto.PulumiFn:
         pulumi.export("advertisedResources", extended.resources)
 
     return program
-
-
-def node_layers_resource_count(config: StackConfig) -> int:
-    """Resources node_layers_program registers: the stack, the stack's id, two components,
-    one node set each."""
-    return 1 + 1 + 2 + 2
 
 
 # ------------------------------------------------------------------------- the whole program

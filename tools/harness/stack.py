@@ -368,7 +368,3 @@ class AppliedStack(Lifecycle):
     @property
     def gpu_nodes(self) -> list[str]:
         return [n.name for n in self.nodes if "nvidia.com/gpu" in n.capacity]
-
-    @property
-    def cpu_nodes(self) -> list[str]:
-        return [n.name for n in self.nodes if "nvidia.com/gpu" not in n.capacity]

@@ -1,4 +1,4 @@
-"""AdvertisedResourcesProvider (every node's extended resources as one node set), fake node API.
+"""ExtendedResourceNodesProvider (every node's extended resources as one node set), fake node API.
 
 tests/integration runs the same provider on a real kube-apiserver and under the real engine.
 """
@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from components.providers.advertised_resources import AdvertisedResourcesProvider
-from components.providers.extended_resource import ExtendedResourceProvider
+from components.providers.extended_resource_nodes import ExtendedResourceNodesProvider
 from components.providers.node_api import NodeApiError
 from tests.fake_node_api import SERVER, FakeNodeApi, configured
 
@@ -19,8 +18,8 @@ FPGA = "example.com/fpga"
 OWNER = "org/gpu-cluster/a"
 
 
-def _make_provider(api: FakeNodeApi) -> AdvertisedResourcesProvider:
-    return configured(AdvertisedResourcesProvider(lambda _kubeconfig, _context: api))
+def _make_provider(api: FakeNodeApi) -> ExtendedResourceNodesProvider:
+    return configured(ExtendedResourceNodesProvider(lambda _kubeconfig, _context: api))
 
 
 def _props(nodes: dict[str, dict[str, int]], **overrides: Any) -> dict[str, Any]:
@@ -36,7 +35,7 @@ def _status(api: FakeNodeApi, node: str, field: str = "capacity") -> dict[str, s
     return dict(api.nodes[node]["status"].get(field, {}))
 
 
-def test_advertised_resources_create_sets_capacity_and_allocatable_on_every_node() -> None:
+def test_extended_resource_node_set_create_sets_capacity_and_allocatable_on_every_node() -> None:
     api = FakeNodeApi({"w-1": {}, "w-2": {}})
     outs = _outs(
         _make_provider(api).create(_props({"w-1": {DONGLE: 4, FPGA: 1}, "w-2": {DONGLE: 2}}))
@@ -48,7 +47,7 @@ def test_advertised_resources_create_sets_capacity_and_allocatable_on_every_node
     assert api.writes == 2  # one write per node: the counts and their ownership records
 
 
-def test_advertised_resources_rerun_changes_nothing_and_writes_nothing() -> None:
+def test_extended_resource_node_set_rerun_changes_nothing_and_writes_nothing() -> None:
     api = FakeNodeApi({f"w-{i}": {} for i in range(20)})
     provider = _make_provider(api)
     wanted = {n: {DONGLE: 4} for n in api.nodes}
@@ -59,7 +58,7 @@ def test_advertised_resources_rerun_changes_nothing_and_writes_nothing() -> None
     assert api.writes == writes
 
 
-def test_advertised_resources_update_changes_counts_and_drops_a_removed_resource() -> None:
+def test_extended_resource_node_set_update_changes_counts_and_drops_a_removed_resource() -> None:
     api = FakeNodeApi({"w-1": {}})
     provider = _make_provider(api)
     outs = _outs(provider.create(_props({"w-1": {DONGLE: 4, FPGA: 1}})))
@@ -71,7 +70,7 @@ def test_advertised_resources_update_changes_counts_and_drops_a_removed_resource
     assert len(api.nodes["w-1"]["metadata"]["annotations"]) == 1
 
 
-def test_advertised_resources_destroy_puts_back_what_was_advertised_before() -> None:
+def test_extended_resource_node_set_destroy_puts_back_what_was_advertised_before() -> None:
     api = FakeNodeApi(
         {"w-1": {"status": {"capacity": {DONGLE: "1"}, "allocatable": {DONGLE: "1"}}}, "w-2": {}}
     )
@@ -83,7 +82,7 @@ def test_advertised_resources_destroy_puts_back_what_was_advertised_before() -> 
     assert not any(api.nodes[n]["metadata"].get("annotations") for n in api.nodes)
 
 
-def test_advertised_resources_node_removed_from_the_layer_is_released() -> None:
+def test_extended_resource_node_set_node_removed_from_the_layer_is_released() -> None:
     api = FakeNodeApi({"w-1": {}, "w-2": {}})
     provider = _make_provider(api)
     outs = _outs(provider.create(_props({"w-1": {DONGLE: 4}, "w-2": {DONGLE: 4}})))
@@ -91,7 +90,7 @@ def test_advertised_resources_node_removed_from_the_layer_is_released() -> None:
     assert DONGLE not in _status(api, "w-2") and list(outs["applied"]) == ["w-1"]
 
 
-def test_advertised_resources_failed_nodes_are_all_named_and_the_others_applied() -> None:
+def test_extended_resource_node_set_failed_nodes_are_all_named_and_the_others_applied() -> None:
     api = FakeNodeApi({f"w-{i}": {} for i in range(10)})
 
     def refuse(node: str) -> None:
@@ -106,7 +105,9 @@ def test_advertised_resources_failed_nodes_are_all_named_and_the_others_applied(
     ]
 
 
-def test_advertised_resources_refresh_sees_what_the_kubelet_dropped_and_up_puts_it_back() -> None:
+def test_extended_resource_node_set_refresh_sees_what_the_kubelet_dropped_and_up_puts_it_back() -> (
+    None
+):
     api = FakeNodeApi({"w-1": {}, "w-2": {}})
     provider = _make_provider(api)
     wanted = _props({"w-1": {DONGLE: 4}, "w-2": {DONGLE: 4}})
@@ -121,7 +122,7 @@ def test_advertised_resources_refresh_sees_what_the_kubelet_dropped_and_up_puts_
     provider.delete("id", refreshed)
 
 
-def test_advertised_resources_of_another_stack_are_refused_and_left_alone() -> None:
+def test_extended_resource_node_set_of_another_stack_are_refused_and_left_alone() -> None:
     api = FakeNodeApi({"w-1": {}})
     _make_provider(api).create(_props({"w-1": {DONGLE: 4}}))
     other = _outs(
@@ -132,20 +133,7 @@ def test_advertised_resources_of_another_stack_are_refused_and_left_alone() -> N
     assert _status(api, "w-1")[DONGLE] == "4"
 
 
-def test_advertised_resources_take_over_from_per_node_resources() -> None:
-    api = FakeNodeApi({"w-1": {"status": {"capacity": {DONGLE: "1"}, "allocatable": {}}}})
-    per_item = configured(ExtendedResourceProvider(lambda _kubeconfig, _context: api))
-    old = _outs(per_item.create({"node": "w-1", "resource": DONGLE, "quantity": 4, "owner": OWNER}))
-    provider = _make_provider(api)
-    outs = _outs(provider.create(_props({"w-1": {DONGLE: 4}})))
-    per_item.delete("id", old)
-    assert _status(api, "w-1")[DONGLE] == "4"
-    provider.delete("id", outs)
-    assert _status(api, "w-1") == {DONGLE: "1"}
-    assert _status(api, "w-1", "allocatable") == {}
-
-
-def test_advertised_resources_delete_of_vanished_nodes_is_done() -> None:
+def test_extended_resource_node_set_delete_of_vanished_nodes_is_done() -> None:
     api = FakeNodeApi({"w-1": {}})
     provider = _make_provider(api)
     outs = _outs(provider.create(_props({"w-1": {DONGLE: 4}})))
@@ -155,7 +143,7 @@ def test_advertised_resources_delete_of_vanished_nodes_is_done() -> None:
         api.nodes["w-1"]
 
 
-def test_advertised_resources_write_from_one_list_and_reread_only_after_a_conflict() -> None:
+def test_extended_resource_node_set_write_from_one_list_and_reread_only_after_a_conflict() -> None:
     api = FakeNodeApi({f"w-{i}": {} for i in range(10)})
     raced: list[str] = []
 
@@ -188,7 +176,7 @@ def _ownership(api: FakeNodeApi, node: str) -> dict[str, str]:
     return dict(api.nodes[node]["metadata"].get("annotations") or {})
 
 
-def test_advertised_resources_destroy_leaves_a_count_set_since_and_drops_the_record() -> None:
+def test_extended_resource_node_set_destroy_leaves_a_count_set_since_and_drops_the_record() -> None:
     api = FakeNodeApi({"w-1": {"status": {"capacity": {DONGLE: "1"}, "allocatable": {}}}})
     provider = _make_provider(api)
     outs = _outs(provider.create(_props({"w-1": {DONGLE: 4}})))
@@ -198,7 +186,7 @@ def test_advertised_resources_destroy_leaves_a_count_set_since_and_drops_the_rec
     assert _ownership(api, "w-1") == {}
 
 
-def test_advertised_resources_destroy_does_not_bring_back_a_count_gone_since() -> None:
+def test_extended_resource_node_set_destroy_does_not_bring_back_a_count_gone_since() -> None:
     """The kubelet re-registered and dropped every count: the one the stack replaced is not
     advertised again by destroy."""
     api = FakeNodeApi({"w-1": {"status": {"capacity": {DONGLE: "1"}, "allocatable": {}}}})
@@ -209,7 +197,7 @@ def test_advertised_resources_destroy_does_not_bring_back_a_count_gone_since() -
     assert DONGLE not in _status(api, "w-1") and _ownership(api, "w-1") == {}
 
 
-def test_advertised_resources_a_resource_left_out_keeps_a_count_set_since() -> None:
+def test_extended_resource_node_set_a_resource_left_out_keeps_a_count_set_since() -> None:
     api = FakeNodeApi({"w-1": {}})
     provider = _make_provider(api)
     outs = _outs(provider.create(_props({"w-1": {DONGLE: 4, FPGA: 1}})))
@@ -219,7 +207,7 @@ def test_advertised_resources_a_resource_left_out_keeps_a_count_set_since() -> N
     assert len(_ownership(api, "w-1")) == 1  # the dongle's
 
 
-def test_advertised_resources_up_refuses_to_overwrite_a_count_set_since() -> None:
+def test_extended_resource_node_set_up_refuses_to_overwrite_a_count_set_since() -> None:
     api = FakeNodeApi({"w-1": {}, "w-2": {}})
     provider = _make_provider(api)
     wanted = _props({"w-1": {DONGLE: 4}, "w-2": {DONGLE: 4}})
@@ -235,7 +223,7 @@ def test_advertised_resources_up_refuses_to_overwrite_a_count_set_since() -> Non
     assert _status(api, "w-1")[DONGLE] == "8" and _status(api, "w-2")[DONGLE] == "4"
 
 
-def test_advertised_resources_a_failed_node_taken_out_of_the_layer_is_forgotten() -> None:
+def test_extended_resource_node_set_a_failed_node_taken_out_of_the_layer_is_forgotten() -> None:
     api = FakeNodeApi({"w-1": {}})
     provider = _make_provider(api)
     outs = _outs(provider.create(_props({"w-1": {DONGLE: 4}, "w-gone": {DONGLE: 4}})))
@@ -246,7 +234,7 @@ def test_advertised_resources_a_failed_node_taken_out_of_the_layer_is_forgotten(
     assert outs["failed"] == {} and provider.diff("id", outs, news).changes is False
 
 
-def test_advertised_resources_another_backend_s_stack_of_the_same_names_is_refused() -> None:
+def test_extended_resource_node_set_another_backend_s_stack_of_the_same_names_is_refused() -> None:
     api = FakeNodeApi({"w-1": {}})
     _make_provider(api).create(_props({"w-1": {DONGLE: 4}}, owner="id-a", stack=OWNER))
     other = _props({"w-1": {DONGLE: 4}}, owner="id-b", stack=OWNER)
@@ -256,7 +244,7 @@ def test_advertised_resources_another_backend_s_stack_of_the_same_names_is_refus
     assert _status(api, "w-1")[DONGLE] == "4"
 
 
-def test_advertised_resources_records_of_the_former_identity_are_its_own() -> None:
+def test_extended_resource_node_set_records_of_the_former_identity_are_its_own() -> None:
     api = FakeNodeApi({"w-1": {}})
     provider = _make_provider(api)
     outs = _outs(provider.create(_props({"w-1": {DONGLE: 4}})))

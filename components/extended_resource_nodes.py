@@ -1,6 +1,6 @@
 """ExtendedResourceNodes: advertise extended resources (e.g. example.com/dongle: 4) on nodes.
 
-One dynamic resource for the whole layer (components/providers/advertised_resources.py): per
+One dynamic resource for the whole layer (components/providers/extended_resource_nodes.py): per
 node, a JSON patch of its status (`/` in the resource name escaped as `~1`), read back by
 `pulumi refresh`, and destroy puts back what was advertised before. The engine sees one
 resource however many nodes there are; the provider diffs and patches per node, and the
@@ -17,10 +17,11 @@ import pulumi
 from pydantic import AfterValidator
 
 from components.cluster_access import ClusterAccess
-from components.providers.advertised_resources import AdvertisedResources
+from components.providers.extended_resource_nodes import ExtendedResourceNodeSet
 from components.providers.node_set import failure_message
 from components.settings import (
     DEVICE_PLUGIN_DOMAINS,
+    PROJECT,
     NodeRef,
     Rule,
     Runtime,
@@ -30,7 +31,7 @@ from components.settings import (
     problem,
 )
 
-TOKEN = "gpu-cluster:index:ExtendedResourceNodes"
+TOKEN = f"{PROJECT}:index:ExtendedResourceNodes"
 
 
 def extended_resource_name_problem(name: str) -> str | None:
@@ -83,14 +84,14 @@ Resources = Annotated[
 ]
 """{extended resource name: count} on one node."""
 
-ExtendedResourcesSettings = dict[Annotated[str, NodeRef()], Resources]
+ExtendedResourceNodesSettings = dict[Annotated[str, NodeRef()], Resources]
 """The stack config's extendedResources: {node name: {extended resource name: count}}."""
 
 
 class ExtendedResourceNodesArgs(Settings):
     """Inputs of ExtendedResourceNodes: the stack config's extendedResources, plus the access."""
 
-    nodes: ExtendedResourcesSettings
+    nodes: ExtendedResourceNodesSettings
     """{node name: {extended resource name: count}} to advertise in status.capacity."""
     access: Annotated[ClusterAccess, Runtime()]
     """Cluster access: the node set waits for its claim (the node providers read the
@@ -110,7 +111,7 @@ class ExtendedResourceNodes(pulumi.ComponentResource):
     ) -> None:
         super().__init__(TOKEN, name, None, opts)
         wanted = {node: dict(sorted(counts.items())) for node, counts in sorted(args.nodes.items())}
-        advertised = AdvertisedResources(
+        advertised = ExtendedResourceNodeSet(
             f"{name}-nodes",
             nodes=wanted,
             opts=pulumi.ResourceOptions(parent=self, depends_on=args.access.after(opts)),

@@ -1,4 +1,4 @@
-"""Dynamic provider: the extended resources advertised on every node of the layer, as one resource.
+"""Dynamic provider: ExtendedResourceNodes' extended resources on every node, as one resource.
 
 Per node, one JSON patch of the status subresource (with a resourceVersion precondition,
 retried on conflict) sets `status.capacity[<resource>]` and `status.allocatable[<resource>]`
@@ -22,7 +22,6 @@ from typing import Any
 import pulumi
 from pulumi.dynamic import Resource
 
-from components.providers.extended_resource import STATUS_FIELDS, live_quantity
 from components.providers.node_api import (
     NodeApi,
     NodeApiError,
@@ -36,6 +35,17 @@ from components.providers.node_api import (
     stack_label,
 )
 from components.providers.node_set import NodeSetProvider, Owner, refuse_set_since, written
+from components.settings import PROJECT
+
+# Allocatable is what the scheduler fits pods against. The kubelet derives it from capacity
+# on its next status sync; setting both makes the resource schedulable at once.
+STATUS_FIELDS = ("capacity", "allocatable")
+
+
+def live_quantity(node: dict[str, Any], resource: str) -> int | None:
+    """The advertised capacity of `resource` on `node`, or None when it is not there."""
+    value = (node.get("status") or {}).get("capacity", {}).get(resource)
+    return int(value) if value is not None else None
 
 
 def capacity_ownership_key(resource: str) -> str:
@@ -70,7 +80,7 @@ def _count(count: int | None) -> str | None:
     return None if count is None else str(count)
 
 
-class AdvertisedResourcesProvider(NodeSetProvider):
+class ExtendedResourceNodesProvider(NodeSetProvider):
     """{node: {extended resource: count}} advertised in the nodes' status."""
 
     what = "the advertised extended resources"
@@ -182,8 +192,11 @@ class AdvertisedResourcesProvider(NodeSetProvider):
         return {**record, "live": counts, "drift": counts != dict(spec)}
 
 
-class AdvertisedResources(Resource, module="gpu-cluster", name="AdvertisedResources"):
-    """`status.capacity[resource] = count` for every (node, resource) of the layer."""
+# The type token stays the one stacks were deployed with (pulumi-python:dynamic/gpu-cluster:
+# AdvertisedResources): a new token would be another resource to the engine.
+class ExtendedResourceNodeSet(Resource, module=PROJECT, name="AdvertisedResources"):
+    """ExtendedResourceNodes' node set: `status.capacity[resource] = count` for every (node,
+    resource) of the layer."""
 
     applied: pulumi.Output[dict[str, Any]]
     """{node: {spec, live: {resource: live count or None}, previous}}."""
@@ -196,7 +209,7 @@ class AdvertisedResources(Resource, module="gpu-cluster", name="AdvertisedResour
         *,
         nodes: pulumi.Input[dict[str, dict[str, int]]],
         opts: pulumi.ResourceOptions | None = None,
-        provider: AdvertisedResourcesProvider | None = None,
+        provider: ExtendedResourceNodesProvider | None = None,
     ) -> None:
         props = {
             "nodes": nodes,
@@ -206,4 +219,4 @@ class AdvertisedResources(Resource, module="gpu-cluster", name="AdvertisedResour
             "applied": None,
             "failed": None,
         }
-        super().__init__(provider or AdvertisedResourcesProvider(), name, props, opts)
+        super().__init__(provider or ExtendedResourceNodesProvider(), name, props, opts)
