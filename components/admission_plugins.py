@@ -7,20 +7,16 @@ tools/admission_plugins.py from `kube-apiserver --help`.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from components.kubernetes_version import major_minor
+
 ADMISSION_PLUGINS_FILE = Path(__file__).resolve().parent / "admission-plugins.yaml"
 """Admission plugin names per Kubernetes minor, written by tools/admission_plugins.py from
 `kube-apiserver --help` (an unknown name stops the API server, so config refuses it first)."""
-
-
-def _minor(version: str) -> int | None:
-    match = re.match(r"^v?1\.(\d+)(\.|$)", version)
-    return int(match.group(1)) if match else None
 
 
 def admission_plugins_for(version: str) -> tuple[str, tuple[str, ...]]:
@@ -29,7 +25,8 @@ def admission_plugins_for(version: str) -> tuple[str, tuple[str, ...]]:
     A minor with no generated list gets the nearest one (the caller says so).
     """
     table: dict[str, Any] = yaml.safe_load(ADMISSION_PLUGINS_FILE.read_text())
-    wanted = _minor(version)
+    parsed = major_minor(version)
+    wanted = parsed[1] if parsed and parsed[0] == 1 else None
     minors = {int(k.split(".")[1]): k for k in table}
     best = max(minors) if wanted is None else min(minors, key=lambda m: (abs(m - wanted), -m))
     entry = table[minors[best]]

@@ -33,9 +33,9 @@ from components.binpack_scheduler_settings import (
 )
 from components.cluster_access import ClusterAccess
 from components.gpu_resources import GpuResources, is_gpu_resource
-from components.settings import Runtime
+from components.settings import PROJECT, Runtime
 
-TOKEN = "gpu-cluster:index:BinpackScheduler"
+TOKEN = f"{PROJECT}:index:BinpackScheduler"
 
 
 class BinpackSchedulerArgs(BinpackSchedulerSettings):

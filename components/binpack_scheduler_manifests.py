@@ -22,10 +22,12 @@ from typing import Any
 import yaml
 
 from components.binpack_scheduler_settings import FRAGMENTATION, SchedulerProfile
+from components.object_meta import PART_OF
+from components.settings import PROJECT
 
 CONFIG_KEY = "config.yaml"
 CONFIG_DIR = "/etc/kubernetes/gpu-binpack-scheduler"
-CONFIG_HASH_ANNOTATION = "gpu-cluster.io/config-sha256"
+CONFIG_HASH_ANNOTATION = f"{PROJECT}.io/config-sha256"
 SECURE_PORT = 10259
 BALANCED_ALLOCATION = "NodeResourcesBalancedAllocation"
 NODE_RESOURCES_FIT = "NodeResourcesFit"
@@ -150,7 +152,7 @@ SCHEDULER_ROLES: tuple[tuple[str, str, str, str | None], ...] = (
 
 def labels(scheduler_name: str) -> dict[str, str]:
     """The labels of every object, and the Deployment's selector."""
-    return {"app.kubernetes.io/name": scheduler_name, "app.kubernetes.io/part-of": "gpu-cluster"}
+    return {"app.kubernetes.io/name": scheduler_name, **PART_OF}
 
 
 def object_meta(name: str, scheduler_name: str, namespace: str | None) -> dict[str, Any]:

@@ -38,10 +38,11 @@ from components.control_plane_commands import (
     stack_directory,
 )
 from components.providers.kubeadm_config import KubeadmConfig
+from components.settings import PROJECT
 
-TOKEN = "gpu-cluster:index:ControlPlaneFeatures"
+TOKEN = f"{PROJECT}:index:ControlPlaneFeatures"
 
-DEFAULT_STATE_DIR = "/etc/kubernetes/gpu-cluster"
+DEFAULT_STATE_DIR = f"/etc/kubernetes/{PROJECT}"
 """Where hosts keep each stack's kubelet patches and record (a directory per stack)."""
 
 

@@ -43,10 +43,10 @@ from components.gpu_operator_settings import (
     DCGM_SERVICE_SELECTOR,
     GpuOperatorSettings,
 )
-from components.settings import Runtime, helm_chart
+from components.settings import PROJECT, Runtime, helm_chart
 from components.tainted_gpu_pool import Taint, TaintEffect
 
-TOKEN = "gpu-cluster:index:GpuOperator"
+TOKEN = f"{PROJECT}:index:GpuOperator"
 RELEASE_NAME = "gpu-operator"
 
 

@@ -51,9 +51,9 @@ from components.monitoring_stack_manifests import (
     stack_values,
 )
 from components.monitoring_stack_settings import MonitoringStackSettings
-from components.settings import Runtime, helm_chart
+from components.settings import PROJECT, Runtime, helm_chart
 
-TOKEN = "gpu-cluster:index:MonitoringStack"
+TOKEN = f"{PROJECT}:index:MonitoringStack"
 RELEASE_NAME = "kube-prometheus-stack"
 
 

@@ -21,6 +21,7 @@ from components.gpu_operator_manifests import deep_merge
 from components.gpu_resources import GpuResources
 from components.monitoring_stack_settings import MonitoringStackSettings
 from components.object_meta import PART_OF, object_meta
+from components.settings import PROJECT
 
 HERE = Path(__file__).resolve().parent
 DASHBOARD_FILE = HERE / "dashboards" / "gpu.json"
@@ -44,7 +45,7 @@ GPU_RESOURCES_PLACEHOLDER = "$gpu_resources"
 DCGM_JOB_PLACEHOLDER = "$dcgm_job"
 _PLACEHOLDER = re.compile(r"\$[A-Za-z_]")
 # The rule group on missing dcgm-exporter data: deployed only when the stack scrapes it.
-DCGM_ABSENCE_GROUP = "gpu-cluster.gpu.absent"
+DCGM_ABSENCE_GROUP = f"{PROJECT}.gpu.absent"
 # The dashboard's constant variable holding the same regex (panels use $gpu_resources).
 DASHBOARD_RESOURCES_VARIABLE = "gpu_resources"
 # kube-state-metrics turns a resource name into a label value by replacing every character
@@ -124,7 +125,7 @@ def gate_rule_groups(not_after: str) -> list[dict[str, Any]]:
     """
     epoch = int(datetime.fromisoformat(not_after.replace("Z", "+00:00")).timestamp())
     published = {
-        "name": "gpu-cluster.gate.published",
+        "name": f"{PROJECT}.gate.published",
         "rules": [
             {
                 "record": CERT_NOT_AFTER_METRIC,

@@ -10,6 +10,7 @@ from components.settings import (
     BOOL,
     HELM_REPOSITORY,
     NAMESPACE,
+    PROJECT,
     PROMETHEUS_DURATION,
     Settings,
     chart_version,
@@ -58,7 +59,7 @@ class MonitoringStackSettings(Settings):
         if self.enabled and not password_set and not self.grafana_admin_secret:
             raise problem(
                 "required when monitoring.enabled is true (pulumi config set --secret "
-                "gpu-cluster:grafanaAdminPassword), unless monitoring.grafanaAdminSecret names "
+                f"{PROJECT}:grafanaAdminPassword), unless monitoring.grafanaAdminSecret names "
                 "an existing Secret",
                 key="grafanaAdminPassword",
                 value="",

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-PART_OF: Mapping[str, str] = {"app.kubernetes.io/part-of": "gpu-cluster"}
+from components.settings import PROJECT
+
+PART_OF: Mapping[str, str] = {"app.kubernetes.io/part-of": PROJECT}
 """The label on every object the stack owns."""
 
 

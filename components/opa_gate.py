@@ -79,9 +79,9 @@ from components.opa_gate_settings import (
     OpaGateSettings,
     load_policies,
 )
-from components.settings import Runtime
+from components.settings import PROJECT, Runtime
 
-TOKEN = "gpu-cluster:index:OpaGate"
+TOKEN = f"{PROJECT}:index:OpaGate"
 
 
 class OpaGateArgs(OpaGateSettings):
@@ -215,7 +215,7 @@ class OpaGate(pulumi.ComponentResource):
             f"{name}-ca",
             private_key_pem=ca_key.private_key_pem,
             is_ca_certificate=True,
-            subject=tls.SelfSignedCertSubjectArgs(common_name="gpu-cluster admission CA"),
+            subject=tls.SelfSignedCertSubjectArgs(common_name=f"{PROJECT} admission CA"),
             validity_period_hours=10 * 365 * 24,
             allowed_uses=["cert_signing", "crl_signing", "digital_signature"],
             opts=child,

@@ -21,12 +21,14 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from components.gpu_resources import gated_names, gated_prefixes
+from components.object_meta import PART_OF
 from components.opa_gate_settings import (
     DEFAULT_GATE_NAMESPACE,
     GATE_NAME,
     WEBHOOK_NAME,
     FailurePolicy,
 )
+from components.settings import PROJECT
 from policies import gpu_scheduler_cel as cel
 
 if TYPE_CHECKING:
@@ -49,7 +51,7 @@ CONFIGMAP_INTERNALS = "..*"
 # Labels of every object the gate creates.
 GATE_LABELS = {
     "app.kubernetes.io/name": "gpu-scheduler-gate",
-    "app.kubernetes.io/part-of": "gpu-cluster",
+    **PART_OF,
 }
 # OPA's pods, as its Deployment, budget and Service select them.
 OPA_SELECTOR = {"app.kubernetes.io/name": "opa"}
@@ -398,7 +400,7 @@ def opa_deployment_spec(
                 "labels": {**GATE_LABELS, **OPA_SELECTOR},
                 # OPA reads its files once: new certificates, policies or config roll the
                 # Deployment.
-                "annotations": {"gpu-cluster.io/inputs-sha256": inputs_sha256},
+                "annotations": {f"{PROJECT}.io/inputs-sha256": inputs_sha256},
             },
             "spec": dict(pod_spec),
         },

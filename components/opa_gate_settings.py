@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal, get_args
 
-from components.settings import BOOL, Settings, between, choice
+from components.settings import BOOL, PROJECT, Settings, between, choice
 
 AdmissionEngine = Literal["mutating-admission-policy", "validating-admission-policy", "opa"]
 ADMISSION_ENGINES: tuple[AdmissionEngine, ...] = get_args(AdmissionEngine)
@@ -34,7 +34,7 @@ ROUTING_MIN_MINOR = 36
 GATE_NAME = "gpu-scheduler-gate"
 # The gate's namespace when none is given (OpaGateArgs.namespace's default).
 DEFAULT_GATE_NAMESPACE = "gpu-admission"
-WEBHOOK_NAME = "gpu-scheduler.gpu-cluster.io"
+WEBHOOK_NAME = f"gpu-scheduler.{PROJECT}.io"
 
 
 def load_policies(directory: Path = POLICY_DIR) -> dict[str, str]:

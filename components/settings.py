@@ -500,7 +500,7 @@ class NodeRef(ContextRule):
     validated without one (an Args built in code) checks the name's form only.
     """
 
-    allowed: str = "node is not in gpu-cluster:nodes"
+    allowed: str = f"node is not in {PROJECT}:nodes"
 
     def validate(self, value: Any, info: core_schema.ValidationInfo) -> Any:
         if not isinstance(value, str):

@@ -52,11 +52,12 @@ from components.providers.node_api import (
     call_api,
     read_modify_write,
 )
+from components.settings import PROJECT
 
 NAMESPACE = "kube-system"
 CONFIGMAP = "kubeadm-config"
 DATA_KEY = "ClusterConfiguration"
-ANNOTATION_PREFIX = "kubeadm-config.gpu-cluster.io"
+ANNOTATION_PREFIX = f"kubeadm-config.{PROJECT}.io"
 PLUGINS_FLAG = "enable-admission-plugins"
 GATES_FLAG = "feature-gates"
 GATE_COMPONENTS = ("apiServer", "controllerManager", "scheduler")
@@ -566,7 +567,7 @@ class KubeadmConfigProvider(RunCredentials):
         )
 
 
-class KubeadmConfig(Resource, module="gpu-cluster", name="KubeadmConfig"):
+class KubeadmConfig(Resource, module=PROJECT, name="KubeadmConfig"):
     """One stack's admission plugins and feature gates in kubeadm's ClusterConfiguration."""
 
     gates: pulumi.Output[dict[str, bool]]
