@@ -81,7 +81,7 @@ class Mocks(pulumi.runtime.Mocks):
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         outputs = dict(args.inputs)
-        if args.typ == "pulumi-python:dynamic/gpu-cluster:AdvertisedResources":
+        if args.typ == "pulumi-python:dynamic/gpu-cluster:ExtendedResourceNodeSet":
             nodes = dict(args.inputs["nodes"])
             outputs.update(_node_set(nodes, lambda counts: {"spec": counts, "live": counts}))
             return "extended-resources", outputs

@@ -9,7 +9,7 @@ import pytest
 from components import ExtendedResourceNodes, ExtendedResourceNodesArgs
 from tests.conftest import UNREACHABLE_PREFIX, Recording, component_access, register
 
-RESOURCE_TYPE = "pulumi-python:dynamic/gpu-cluster:AdvertisedResources"
+RESOURCE_TYPE = "pulumi-python:dynamic/gpu-cluster:ExtendedResourceNodeSet"
 DONGLES = {"example.com/fpga": 1, "example.com/dongle": 4}
 captured: dict[str, Any] = {}
 

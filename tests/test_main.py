@@ -100,7 +100,7 @@ def test_main_dev_values_reach_the_dynamic_providers() -> None:
     recording = run_program("dev")
     (pool,) = recording.of_type("pulumi-python:dynamic/gpu-cluster:GpuPoolNodes")
     assert pool.inputs["nodes"] == ["lab-gpu-1", "lab-gpu-2"]
-    (advertised,) = recording.of_type("pulumi-python:dynamic/gpu-cluster:AdvertisedResources")
+    (advertised,) = recording.of_type("pulumi-python:dynamic/gpu-cluster:ExtendedResourceNodeSet")
     assert advertised.inputs["nodes"] == {"lab-worker-1": {"example.com/dongle": 4}}
     # Credentials are read by the providers from the stack config, never stored with them.
     assert not {"kubeconfig", "context"} & (set(advertised.inputs) | set(pool.inputs))
@@ -233,7 +233,7 @@ def test_main_opa_certificate_expiry_reaches_the_monitoring_alerts() -> None:
 def test_main_pool_waits_for_the_extended_resources_layer() -> None:
     """Both layers write the same Node objects: one after the other, their writes never conflict."""
     recording = run_program("dev")
-    (advertised,) = recording.of_type("pulumi-python:dynamic/gpu-cluster:AdvertisedResources")
+    (advertised,) = recording.of_type("pulumi-python:dynamic/gpu-cluster:ExtendedResourceNodeSet")
     pool = recording.named("gpu-pool")
     assert advertised.urn in pool.dependencies
 

@@ -192,9 +192,7 @@ class ExtendedResourceNodesProvider(NodeSetProvider):
         return {**record, "live": counts, "drift": counts != dict(spec)}
 
 
-# The type token stays the one stacks were deployed with (pulumi-python:dynamic/gpu-cluster:
-# AdvertisedResources): a new token would be another resource to the engine.
-class ExtendedResourceNodeSet(Resource, module=PROJECT, name="AdvertisedResources"):
+class ExtendedResourceNodeSet(Resource, module=PROJECT, name="ExtendedResourceNodeSet"):
     """ExtendedResourceNodes' node set: `status.capacity[resource] = count` for every (node,
     resource) of the layer."""
 
