@@ -32,6 +32,7 @@ from components.control_plane_features import ControlPlaneFeaturesArgs
 from components.control_plane_settings import ControlPlaneSettings
 from components.extended_resource_nodes import ExtendedResourceNodesSettings
 from components.gpu_operator_settings import GpuOperatorSettings
+from components.kubernetes_names import NODE_NAME, is_host
 from components.kubernetes_version import major_minor
 from components.monitoring_stack_settings import MonitoringStackSettings
 from components.opa_gate import OpaGateArgs
@@ -42,7 +43,6 @@ from components.opa_gate_settings import (
     OpaGateSettings,
 )
 from components.settings import (
-    NODE_NAME,
     NOT_SHOWN,
     PLAIN_TEXT_SHOWN,
     PROJECT,
@@ -54,7 +54,6 @@ from components.settings import (
     Settings,
     context_value,
     format_problems,
-    is_host,
     problem,
     text,
 )

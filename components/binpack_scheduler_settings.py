@@ -29,19 +29,10 @@ from typing import Annotated, Self
 from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from components.gpu_resources import GpuResources, is_gpu_resource
-from components.settings import (
-    DEVICE_PLUGIN_DOMAINS,
-    IMAGE,
-    Settings,
-    between,
-    choice,
-    is_dns1123_label,
-    is_qualified_name,
-    problem,
-    text,
-    unique,
-)
+from components.gpu_resources import DEVICE_PLUGIN_DOMAINS, GpuResources, is_gpu_resource
+from components.images import IMAGE
+from components.kubernetes_names import is_dns1123_label, is_qualified_name
+from components.settings import Settings, between, choice, problem, text, unique
 
 # The cluster's own kube-scheduler answers to this name; a second profile with it would make
 # every ordinary pod a candidate for both schedulers.

@@ -24,10 +24,10 @@ from components.control_plane_features import (
     SshAccess,
 )
 from components.feature_gates import unknown_gate_problem
+from components.kubernetes_names import NodeRefs
 from components.settings import (
     BOOL,
     PROJECT,
-    NodeRefs,
     Settings,
     between,
     context_value,

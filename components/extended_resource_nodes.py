@@ -17,19 +17,11 @@ import pulumi
 from pydantic import AfterValidator
 
 from components.cluster_access import ClusterAccess
+from components.gpu_resources import DEVICE_PLUGIN_DOMAINS
+from components.kubernetes_names import NodeRef, is_qualified_name
 from components.providers.extended_resource_nodes import ExtendedResourceNodeSet
 from components.providers.node_set import failure_message
-from components.settings import (
-    DEVICE_PLUGIN_DOMAINS,
-    PROJECT,
-    NodeRef,
-    Rule,
-    Runtime,
-    Settings,
-    is_int,
-    is_qualified_name,
-    problem,
-)
+from components.settings import PROJECT, Rule, Runtime, Settings, is_int, problem
 
 TOKEN = f"{PROJECT}:index:ExtendedResourceNodes"
 

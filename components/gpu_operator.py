@@ -32,6 +32,7 @@ from typing import Annotated, Any, cast
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.charts import helm_chart
 from components.cluster_access import ClusterAccess
 from components.gpu_operator_manifests import (
     operator_namespace,
@@ -43,7 +44,7 @@ from components.gpu_operator_settings import (
     DCGM_SERVICE_SELECTOR,
     GpuOperatorSettings,
 )
-from components.settings import PROJECT, Runtime, helm_chart
+from components.settings import PROJECT, Runtime
 from components.tainted_gpu_pool import Taint, TaintEffect
 
 TOKEN = f"{PROJECT}:index:GpuOperator"

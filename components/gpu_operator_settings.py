@@ -15,20 +15,10 @@ from typing import Annotated, Any, Literal, Self, get_args
 
 from pydantic import Field, ValidationInfo, model_validator
 
+from components.charts import HELM_REPOSITORY, chart_version, free_values
 from components.gpu_resources import WHOLE_GPU, GpuResources
-from components.settings import (
-    BOOL,
-    HELM_REPOSITORY,
-    NAMESPACE,
-    Rule,
-    Settings,
-    between,
-    chart_version,
-    choice,
-    context_value,
-    free_values,
-    problem,
-)
+from components.kubernetes_names import NAMESPACE
+from components.settings import BOOL, Rule, Settings, between, choice, context_value, problem
 
 MigStrategy = Literal["none", "single", "mixed"]
 MIG_STRATEGIES: tuple[MigStrategy, ...] = get_args(MigStrategy)

@@ -13,7 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from components.settings import DEVICE_PLUGIN_DOMAINS
+# Domains whose resources a device plugin advertises and keeps up to date on each node
+# (NVIDIA: nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*; AMD; Intel). Advertising
+# one of them by hand would fight the device plugin and lie to the scheduler about devices.
+# Ref: https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/
+DEVICE_PLUGIN_DOMAINS = ("nvidia.com", "amd.com", "gpu.intel.com")
 
 # Every resource of these domains is a GPU (or a slice of one).
 GPU_RESOURCE_PREFIXES: tuple[str, ...] = tuple(f"{domain}/" for domain in DEVICE_PLUGIN_DOMAINS)

@@ -35,6 +35,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field, model_validator
 
+from components.charts import helm_chart
 from components.cluster_access import ClusterAccess
 from components.gpu_operator import DcgmTarget
 from components.gpu_resources import WHOLE_GPU, GpuResources
@@ -51,7 +52,7 @@ from components.monitoring_stack_manifests import (
     stack_values,
 )
 from components.monitoring_stack_settings import MonitoringStackSettings
-from components.settings import PROJECT, Runtime, helm_chart
+from components.settings import PROJECT, Runtime
 
 TOKEN = f"{PROJECT}:index:MonitoringStack"
 RELEASE_NAME = "kube-prometheus-stack"

@@ -2,29 +2,29 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Self
 
 from pydantic import Field, ValidationInfo, model_validator
 
-from components.settings import (
-    BOOL,
-    HELM_REPOSITORY,
-    NAMESPACE,
-    PROJECT,
-    PROMETHEUS_DURATION,
-    Settings,
-    chart_version,
-    context_value,
-    free_values,
-    is_dns1123_subdomain,
-    problem,
-    text,
-)
+from components.charts import HELM_REPOSITORY, chart_version, free_values
+from components.kubernetes_names import NAMESPACE, is_dns1123_subdomain
+from components.settings import BOOL, PROJECT, Settings, context_value, problem, text
 
 DEFAULT_REPOSITORY = "https://prometheus-community.github.io/helm-charts"
 DEFAULT_VERSION = "88.2.0"
 
 SECRET_NAME = text(is_dns1123_subdomain, "expected a Secret name (DNS-1123 subdomain)")
+
+
+_PROMETHEUS_DURATION = re.compile(r"([0-9]+(ms|s|m|h|d|w|y))+", re.ASCII)
+
+
+def is_prometheus_duration(value: str) -> bool:
+    return _PROMETHEUS_DURATION.fullmatch(value) is not None
+
+
+PROMETHEUS_DURATION = text(is_prometheus_duration, "expected a Prometheus duration, e.g. 15s or 1m")
 
 
 class MonitoringStackSettings(Settings):

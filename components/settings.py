@@ -13,18 +13,14 @@ never printing a secret's value nor the value of an unknown key.
 
 from __future__ import annotations
 
-import ipaddress
-import re
 import types
 import typing
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated, Any, Self
+from typing import Any, Self
 
 import pulumi
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     GetCoreSchemaHandler,
@@ -38,99 +34,6 @@ PROJECT = "gpu-cluster"
 ERROR_TYPE = "gpu_cluster"
 SECRET_SHOWN = "[secret, not shown]"
 PLAIN_TEXT_SHOWN = "[plain text, not shown]"
-
-# Kubernetes' own patterns (apimachinery validation), ASCII only, matched whole (fullmatch).
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", re.ASCII)
-_DNS1123_SUBDOMAIN = re.compile(
-    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.ASCII
-)
-_QUALIFIED_NAME_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", re.ASCII)
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?", re.ASCII)
-# Helm's chart versions are SemVer 2 (an optional leading v is accepted by Helm).
-_CHART_VERSION = re.compile(
-    r"v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
-    r"(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?",
-    re.ASCII,
-)
-_HELM_REPOSITORY = re.compile(r"(https?|oci)://[!-~]+", re.ASCII)
-_PROMETHEUS_DURATION = re.compile(r"([0-9]+(ms|s|m|h|d|w|y))+", re.ASCII)
-
-
-# Domains whose resources a device plugin advertises and keeps up to date on each node
-# (NVIDIA: nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*; AMD; Intel). Advertising
-# one of them by hand would fight the device plugin and lie to the scheduler about devices.
-# Ref: https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/
-DEVICE_PLUGIN_DOMAINS = ("nvidia.com", "amd.com", "gpu.intel.com")
-
-
-# --------------------------------------------------------------------------- name rules
-
-
-def is_dns1123_label(value: str) -> bool:
-    return len(value) <= 63 and _DNS1123_LABEL.fullmatch(value) is not None
-
-
-def is_dns1123_subdomain(value: str) -> bool:
-    return len(value) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(value) is not None
-
-
-def is_qualified_name(value: str) -> bool:
-    """Kubernetes qualified name: optional `dns-subdomain/` prefix, then a name part <= 63."""
-    prefix, slash, name = value.rpartition("/")
-    if slash and not is_dns1123_subdomain(prefix):
-        return False
-    return 0 < len(name) <= 63 and _QUALIFIED_NAME_PART.fullmatch(name) is not None
-
-
-def is_label_value(value: str) -> bool:
-    return len(value) <= 63 and _LABEL_VALUE.fullmatch(value) is not None
-
-
-def is_host(value: str) -> bool:
-    """An IPv4/IPv6 address or a DNS host name (no port, no scheme, no path)."""
-    try:
-        ipaddress.ip_address(value)
-        return True
-    except ValueError:
-        return is_dns1123_subdomain(value.lower())
-
-
-def is_chart_version(value: str) -> bool:
-    return _CHART_VERSION.fullmatch(value) is not None
-
-
-def is_helm_repository(value: str) -> bool:
-    return _HELM_REPOSITORY.fullmatch(value) is not None
-
-
-def is_local_chart(value: str) -> bool:
-    """A chart archive (.tgz) or a chart directory (with Chart.yaml), relative to the project."""
-    path = Path(value)
-    if path.is_dir():
-        return (path / "Chart.yaml").is_file()
-    return path.is_file() and path.name.endswith((".tgz", ".tar.gz"))
-
-
-def is_chart_source(value: str) -> bool:
-    return is_helm_repository(value) or is_local_chart(value)
-
-
-def helm_chart(chart: str, source: str, version: str) -> dict[str, Any]:
-    """The Helm Release's chart arguments for where the chart comes from.
-
-    `source` is a chart repository URL (the chart is `chart` in its index), an OCI registry
-    path (`oci://host/path`: the chart is `<path>/<chart>`), or a local chart archive or
-    directory, e.g. a copy made with `helm pull` for an air-gapped install (its own version).
-    """
-    if source.startswith(("http://", "https://")):
-        return {"chart": chart, "version": version, "repository_opts": {"repo": source}}
-    if source.startswith("oci://"):
-        return {"chart": f"{source.rstrip('/')}/{chart}", "version": version}
-    return {"chart": source}
-
-
-def is_prometheus_duration(value: str) -> bool:
-    return _PROMETHEUS_DURATION.fullmatch(value) is not None
 
 
 # --------------------------------------------------------------------------- rules
@@ -229,59 +132,8 @@ def choice(values: Sequence[str]) -> Rule:
     return Rule(f"allowed: {', '.join(values)}", lambda v: isinstance(v, str) and v in values)
 
 
-# An OCI image reference with a tag or a digest (no implicit :latest): [host[:port]/]path
-# [:tag][@sha256:digest], the distribution reference grammar.
-# Ref: https://github.com/distribution/reference/blob/main/reference.go
-_IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_IMAGE = re.compile(
-    rf"(?:(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
-    rf"|\[[0-9a-fA-F:]+\])(?::[0-9]+)?/)?{_IMAGE_COMPONENT}(?:/{_IMAGE_COMPONENT})*"
-    r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?",
-    re.ASCII,
-)
-
-
-def is_pinned_image(value: str) -> bool:
-    """An image reference that names a tag or a digest."""
-    match = _IMAGE.fullmatch(value)
-    return match is not None and bool(match.group("tag") or match.group("digest"))
-
-
-IMAGE = text(
-    is_pinned_image,
-    "expected an image reference with a tag or a digest, e.g. "
-    "registry.example.com/gpu-binpack-scheduler:v1.37.2 or ...@sha256:<64 hex digits>",
-)
-
 STRING = Rule("expected a string", is_str)
 BOOL = Rule("expected true or false", is_bool)
-# Namespaces every cluster already has; a layer that creates its namespace cannot take one.
-BUILT_IN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-NAMESPACE = text(
-    lambda v: is_dns1123_label(v) and v not in BUILT_IN_NAMESPACES,
-    "expected a namespace name (DNS-1123 label) for the layer to create, not one every "
-    f"cluster already has ({', '.join(BUILT_IN_NAMESPACES)})",
-)
-NODE_NAME = text(is_dns1123_subdomain, "expected a Kubernetes node name (DNS-1123 subdomain)")
-QUALIFIED_NAME = text(is_qualified_name, "expected a qualified name, e.g. nvidia.com/gpu")
-LABEL_KEY = text(is_qualified_name, "label key must be a qualified name")
-LABEL_VALUE = text(is_label_value, "label value must be <= 63 alphanumerics, '-', '_' or '.'")
-HELM_REPOSITORY = text(
-    is_chart_source,
-    "expected a chart repository URL (https://... or http://...), an OCI registry "
-    "(oci://host/path), or an existing local chart archive (.tgz) or chart directory "
-    "(with Chart.yaml)",
-)
-PROMETHEUS_DURATION = text(is_prometheus_duration, "expected a Prometheus duration, e.g. 15s or 1m")
-
-
-def chart_version(example: str) -> Rule:
-    return text(is_chart_version, f"expected a pinned chart version, e.g. {example}")
-
-
-def free_values(allowed: str = "expected an object of chart values") -> Rule:
-    """Free-form chart values: any object with string keys, kept as written."""
-    return Rule(allowed, lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v))
 
 
 def unique(allowed: str) -> Callable[[Sequence[Any]], Sequence[Any]]:
@@ -490,34 +342,6 @@ def format_problems(
             value = SECRET_SHOWN
         problems.append(Problem(key, value, allowed))
     return problems
-
-
-@dataclass(frozen=True)
-class NodeRef(ContextRule):
-    """A node name that must be in the inventory (gpu-cluster:nodes).
-
-    The inventory comes from the validation context ({"inventory": {name: address}}); a model
-    validated without one (an Args built in code) checks the name's form only.
-    """
-
-    allowed: str = f"node is not in {PROJECT}:nodes"
-
-    def validate(self, value: Any, info: core_schema.ValidationInfo) -> Any:
-        if not isinstance(value, str):
-            raise problem("expected a node name (a string)")
-        inventory = (info.context or {}).get("inventory")
-        if inventory is None:
-            NODE_NAME.validate(value)
-        elif value not in inventory:
-            raise problem(self.allowed)
-        return value
-
-
-NodeRefs = Annotated[
-    tuple[Annotated[str, NodeRef()], ...],
-    AfterValidator(unique("each node may be listed once; it is listed twice")),
-]
-"""A list of inventory node names, each at most once."""
 
 
 def context_value(info: Any, name: str) -> Any:

@@ -18,20 +18,16 @@ import pulumi
 from pydantic import Field
 
 from components.cluster_access import ClusterAccess
-from components.providers.node_set import failure_message
-from components.providers.pool_nodes import GpuPoolNodes
-from components.settings import (
+from components.kubernetes_names import (
     LABEL_KEY,
     LABEL_VALUE,
-    PROJECT,
     QUALIFIED_NAME,
     NodeRefs,
-    Rule,
-    Runtime,
-    Settings,
     is_label_value,
-    text,
 )
+from components.providers.node_set import failure_message
+from components.providers.pool_nodes import GpuPoolNodes
+from components.settings import PROJECT, Rule, Runtime, Settings, text
 
 TOKEN = f"{PROJECT}:index:TaintedGpuPool"
 

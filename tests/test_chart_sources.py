@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from components.settings import helm_chart
+from components.charts import helm_chart
 from stack_config import parse_stack_config
 from tests.conftest import run_program
 

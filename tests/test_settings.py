@@ -8,8 +8,8 @@ import pytest
 
 from components.binpack_scheduler import BinpackSchedulerArgs
 from components.binpack_scheduler_settings import BinpackSchedulerSettings
+from components.kubernetes_names import is_host, is_qualified_name
 from components.opa_gate_settings import OpaGateSettings
-from components.settings import is_host, is_qualified_name
 from components.tainted_gpu_pool import TaintedGpuPoolArgs
 from stack_config import ConfigError, parse_stack_config
 

@@ -22,7 +22,8 @@ import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from components.settings import PROJECT, NodeRef, Rule, Runtime
+from components.kubernetes_names import NodeRef
+from components.settings import PROJECT, Rule, Runtime
 from stack_config import Kubeconfig, SecretText, StackConfig
 
 ROOT = Path(__file__).resolve().parent.parent
