@@ -136,7 +136,8 @@ def stack_config_request(kubeconfig: str = "kubeconfig-text", context: str = "")
     """What the engine hands a dynamic provider at start: the stack's config."""
     from pulumi.dynamic import Config, ConfigureRequest
 
-    from stack_config import CONTEXT_KEY, KUBECONFIG_KEY, PROJECT
+    from components.kubeconfig import CONTEXT_KEY, KUBECONFIG_KEY
+    from components.settings import PROJECT
 
     raw = {KUBECONFIG_KEY: kubeconfig, CONTEXT_KEY: context}
     return ConfigureRequest(Config(raw_config=raw, project_name=PROJECT))

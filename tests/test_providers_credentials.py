@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stack_config import KubeconfigNotFound, kubeconfig_content, kubernetes_access
+from components.kubeconfig import KubeconfigNotFound, kubeconfig_content, kubernetes_access
 from tests.fake_node_api import stack_config_request
 
 

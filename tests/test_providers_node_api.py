@@ -9,6 +9,7 @@ import pulumi
 import pytest
 import yaml
 
+from components.kubeconfig import flatten_kubeconfig
 from components.providers.node_api import (
     Conflict,
     NodeApiError,
@@ -19,7 +20,6 @@ from components.providers.node_api import (
     stack_identity,
     update_node,
 )
-from stack_config import flatten_kubeconfig
 from tests.conftest import register
 from tests.fake_node_api import FakeNodeApi
 

@@ -2,7 +2,7 @@
 
 The engine hands every dynamic provider the stack's configuration when it starts it
 (`ResourceProvider.configure`), for `up`, `refresh` and `destroy` alike; the provider reads
-its cluster access from it with stack_config.py's reader, as the program does. So credentials
+its cluster access from it with components/kubeconfig.py's reader, as the program does. So credentials
 are never resource inputs: they are not copied into the state (nor into every resource's
 diff), a run from another machine or after a certificate rotation uses its own, and destroy
 never uses a stale copy.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pulumi.dynamic import ConfigureRequest, ResourceProvider
 
+from components.kubeconfig import kubernetes_access
 from components.providers.node_api import NodeApiError
 
 
@@ -25,12 +26,9 @@ class RunCredentials(ResourceProvider):
     def configure(self, req: ConfigureRequest) -> None:
         """Called by the engine with the stack's config before the provider's first call.
 
-        Raises stack_config.KubeconfigNotFound for a configured path missing on this machine:
+        Raises KubeconfigNotFound for a configured path missing on this machine:
         the engine then stops before the provider acts, with that message.
         """
-        # Imported here: stack_config imports every layer, and so the providers built on this.
-        from stack_config import kubernetes_access
-
         access = kubernetes_access(req.config)
         self._credentials = (access.kubeconfig, access.context)
 

@@ -24,7 +24,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from pulumi import automation as auto
 
-from stack_config import KUBECONFIG_KEY
+from components.kubeconfig import KUBECONFIG_KEY
 from tests.integration.conftest import require_tools
 from tools.harness import CONTROL_PLANE_TOOLS, LocalControlPlane
 from tools.harness.fake_nodes import create_nodes, inventory_nodes, snapshot

@@ -39,7 +39,8 @@ from components import (
     TaintedGpuPool,
     TaintedGpuPoolArgs,
 )
-from stack_config import CONTEXT_KEY, KUBECONFIG_KEY, StackConfig, parse_stack_config
+from components.kubeconfig import CONTEXT_KEY, KUBECONFIG_KEY
+from stack_config import StackConfig, parse_stack_config
 
 from .controlplane import find_tool, require_tool, tools_bin
 
