@@ -10,8 +10,8 @@ from components.control_plane_features import (
     SshAccess,
 )
 from components.extended_resource_nodes import ExtendedResourceNodes, ExtendedResourceNodesArgs
-from components.gpu_operator import DcgmTarget, GpuOperator, GpuOperatorArgs
-from components.gpu_operator_settings import TimeSlicing
+from components.gpu_operator import GpuOperator, GpuOperatorArgs
+from components.gpu_operator_settings import DcgmTarget, TimeSlicing
 from components.monitoring_stack import MonitoringStack, MonitoringStackArgs
 from components.opa_gate import OpaGate, OpaGateArgs
 from components.tainted_gpu_pool import Taint, TaintedGpuPool, TaintedGpuPoolArgs

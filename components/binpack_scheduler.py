@@ -31,7 +31,7 @@ from components.binpack_scheduler_settings import (
     ResourceWeight,
     SchedulerProfile,
 )
-from components.cluster_access import ClusterAccess
+from components.cluster_access import ClusterAccess, ClusterLayer
 from components.gpu_resources import GpuResources, is_gpu_resource
 from components.settings import PROJECT, Runtime
 
@@ -89,7 +89,7 @@ class BinpackSchedulerArgs(BinpackSchedulerSettings):
         return self.image or f"{self.image_repository}:{self.kubernetes_version}"
 
 
-class BinpackScheduler(pulumi.ComponentResource):
+class BinpackScheduler(ClusterLayer):
     """Runs kube-scheduler with a bin-packing profile as a Deployment."""
 
     scheduler_name: pulumi.Output[str]
@@ -102,8 +102,8 @@ class BinpackScheduler(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: BinpackSchedulerArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        super().__init__(TOKEN, name, None, opts)
-        child = pulumi.ResourceOptions(parent=self, provider=args.access.provider)
+        super().__init__(TOKEN, name, args.access, opts)
+        child = self.children
         profile = args.profile
         sched, ns, lease_ns = profile.scheduler_name, args.namespace, profile.lease_namespace
         config_yaml = manifests.render_config_yaml(profile)

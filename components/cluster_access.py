@@ -206,3 +206,14 @@ class ClusterAccess:
         pulumi.runtime.register_stack_transformation(apply_with_force(claim))
         main = provider(name, pulumi.ResourceOptions(depends_on=[claim]))
         return cls(provider=main, claim=claim)
+
+
+class ClusterLayer(pulumi.ComponentResource):
+    """A layer whose children are Kubernetes objects applied through the stack's provider."""
+
+    def __init__(
+        self, token: str, name: str, access: ClusterAccess, opts: pulumi.ResourceOptions | None
+    ) -> None:
+        super().__init__(token, name, None, opts)
+        self.children = pulumi.ResourceOptions(parent=self, provider=access.provider)
+        """Options for every child: parented here, applied with the stack's provider."""

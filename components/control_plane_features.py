@@ -144,7 +144,6 @@ class ControlPlaneFeatures(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(TOKEN, name, None, opts)
-        self._name = name
         self._args = args
         # One host at a time: each step waits for the previous (the first for the claim).
         self._chain: list[pulumi.Resource] = []
@@ -196,7 +195,7 @@ class ControlPlaneFeatures(pulumi.ComponentResource):
         """One step on one host, after the previous step."""
         ssh = self._args.ssh
         cmd = remote.Command(
-            f"{self._name}-{suffix}-{host.name}",
+            f"{self.pulumi_resource_name}-{suffix}-{host.name}",
             connection=remote.ConnectionArgs(
                 host=host.address,
                 port=ssh.port,
@@ -215,7 +214,8 @@ class ControlPlaneFeatures(pulumi.ComponentResource):
                 delete_before_replace=True,
                 # A renamed host keeps its commands (no delete over SSH on the old name).
                 aliases=[
-                    pulumi.Alias(name=f"{self._name}-{suffix}-{old}") for old in host.previous_names
+                    pulumi.Alias(name=f"{self.pulumi_resource_name}-{suffix}-{old}")
+                    for old in host.previous_names
                 ],
             ),
         )

@@ -26,22 +26,20 @@ decides (set accept-nvidia-visible-devices-envvar-when-unprivileged = false ther
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Annotated, Any, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components.charts import helm_chart
-from components.cluster_access import ClusterAccess
+from components.cluster_access import ClusterAccess, ClusterLayer
 from components.gpu_operator_manifests import (
     operator_namespace,
     operator_values,
     time_slicing_config_map,
 )
 from components.gpu_operator_settings import (
-    DCGM_PORT_NAME,
-    DCGM_SERVICE_SELECTOR,
+    DcgmTarget,
     GpuOperatorSettings,
 )
 from components.settings import PROJECT, Runtime
@@ -60,19 +58,7 @@ class GpuOperatorArgs(GpuOperatorSettings):
     """The GPU pool's taint {key, value, effect} (TaintedGpuPool.taint); tolerations come from it."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class DcgmTarget:
-    """Where the operator's dcgm-exporter can be scraped (for exactly one ServiceMonitor)."""
-
-    namespace: pulumi.Input[str]
-    """Namespace of the dcgm-exporter Service (resolves once the release is deployed)."""
-    selector: Mapping[str, str] = field(default_factory=lambda: dict(DCGM_SERVICE_SELECTOR))
-    """Labels of the dcgm-exporter Service."""
-    port: str = DCGM_PORT_NAME
-    """Name of the Service port serving /metrics."""
-
-
-class GpuOperator(pulumi.ComponentResource):
+class GpuOperator(ClusterLayer):
     """The NVIDIA GPU Operator in its own namespace, tolerating the GPU pool's taint."""
 
     namespace: pulumi.Output[str]
@@ -91,8 +77,8 @@ class GpuOperator(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: GpuOperatorArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        super().__init__(TOKEN, name, None, opts)
-        child = pulumi.ResourceOptions(parent=self, provider=args.access.provider)
+        super().__init__(TOKEN, name, args.access, opts)
+        child = self.children
 
         namespace = k8s.core.v1.Namespace(
             f"{name}-namespace", metadata=operator_namespace(args.namespace)["metadata"], opts=child

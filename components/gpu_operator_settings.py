@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Self, get_args
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, get_args
 
 from pydantic import Field, ValidationInfo, model_validator
 
@@ -19,6 +19,9 @@ from components.charts import HELM_REPOSITORY, chart_version, free_values
 from components.gpu_resources import WHOLE_GPU, GpuResources
 from components.kubernetes_names import NAMESPACE
 from components.settings import BOOL, Rule, Settings, between, choice, context_value, problem
+
+if TYPE_CHECKING:
+    import pulumi
 
 MigStrategy = Literal["none", "single", "mixed"]
 MIG_STRATEGIES: tuple[MigStrategy, ...] = get_args(MigStrategy)
@@ -251,3 +254,15 @@ class GpuOperatorSettings(Settings):
                 value=enabled,
             )
         return self
+
+
+@dataclass(frozen=True, kw_only=True)
+class DcgmTarget:
+    """Where the operator's dcgm-exporter can be scraped (for exactly one ServiceMonitor)."""
+
+    namespace: pulumi.Input[str]
+    """Namespace of the dcgm-exporter Service (resolves once the release is deployed)."""
+    selector: Mapping[str, str] = field(default_factory=lambda: dict(DCGM_SERVICE_SELECTOR))
+    """Labels of the dcgm-exporter Service."""
+    port: str = DCGM_PORT_NAME
+    """Name of the Service port serving /metrics."""

@@ -36,8 +36,8 @@ import pulumi_kubernetes as k8s
 from pydantic import Field, model_validator
 
 from components.charts import helm_chart
-from components.cluster_access import ClusterAccess
-from components.gpu_operator import DcgmTarget
+from components.cluster_access import ClusterAccess, ClusterLayer
+from components.gpu_operator_settings import DcgmTarget
 from components.gpu_resources import WHOLE_GPU, GpuResources
 from components.monitoring_stack_manifests import (
     GATE_ALERTS_RULE,
@@ -107,7 +107,7 @@ def _custom_resource(
     )
 
 
-class MonitoringStack(pulumi.ComponentResource):
+class MonitoringStack(ClusterLayer):
     """Prometheus, Grafana, the DCGM ServiceMonitor, the GPU dashboard and GPU alerts."""
 
     namespace: pulumi.Output[str]
@@ -130,9 +130,7 @@ class MonitoringStack(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: MonitoringStackArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        super().__init__(TOKEN, name, None, opts)
-        self._name = name
-        self._child = pulumi.ResourceOptions(parent=self, provider=args.access.provider)
+        super().__init__(TOKEN, name, args.access, opts)
         namespace = self._namespace(args)
         grafana_secret = self._grafana_secret(args, namespace)
         release = k8s.helm.v3.Release(
@@ -141,11 +139,11 @@ class MonitoringStack(pulumi.ComponentResource):
             **helm_chart("kube-prometheus-stack", args.repository, args.version),
             namespace=namespace,
             values=grafana_secret.apply(lambda secret: stack_values(args, secret)),
-            opts=self._child,
+            opts=self.children,
         )
         # The CRDs (ServiceMonitor, PrometheusRule) arrive with the release.
         after_release = pulumi.ResourceOptions.merge(
-            self._child, pulumi.ResourceOptions(depends_on=[release])
+            self.children, pulumi.ResourceOptions(depends_on=[release])
         )
 
         dashboard = gpu_dashboard(args.gpu_resources)
@@ -154,7 +152,7 @@ class MonitoringStack(pulumi.ComponentResource):
             f"{name}-gpu-dashboard",
             metadata=config_map["metadata"],
             data=config_map["data"],
-            opts=self._child,
+            opts=self.children,
         )
         rule = self._alerts(args, namespace, after_release)
         monitor_name = self._dcgm_monitor(args, namespace, after_release)
@@ -190,7 +188,9 @@ class MonitoringStack(pulumi.ComponentResource):
         namespace = monitoring_namespace(args.namespace)
         return _metadata_name(
             k8s.core.v1.Namespace(
-                f"{self._name}-namespace", metadata=namespace["metadata"], opts=self._child
+                f"{self.pulumi_resource_name}-namespace",
+                metadata=namespace["metadata"],
+                opts=self.children,
             )
         )
 
@@ -205,11 +205,11 @@ class MonitoringStack(pulumi.ComponentResource):
         secret = grafana_admin_secret(namespace, password)
         return _metadata_name(
             k8s.core.v1.Secret(
-                f"{self._name}-grafana-admin",
+                f"{self.pulumi_resource_name}-grafana-admin",
                 metadata=secret["metadata"],
                 type=secret["type"],
                 string_data=secret["stringData"],
-                opts=self._child,
+                opts=self.children,
             )
         )
 
@@ -219,7 +219,7 @@ class MonitoringStack(pulumi.ComponentResource):
         """The PrometheusRule gpu-alerts, and the gate's when OpaGate runs OPA."""
         dcgm_scraped = args.dcgm is not None
         rule = _custom_resource(
-            f"{self._name}-gpu-alerts",
+            f"{self.pulumi_resource_name}-gpu-alerts",
             gpu_alerts_rule(args.gpu_resources, namespace, dcgm_scraped=dcgm_scraped),
             opts,
         )
@@ -229,7 +229,7 @@ class MonitoringStack(pulumi.ComponentResource):
             gate_rule = prometheus_rule(
                 GATE_ALERTS_RULE, namespace, not_after.apply(gate_rule_groups)
             )
-            _custom_resource(f"{self._name}-gate-alerts", gate_rule, opts)
+            _custom_resource(f"{self.pulumi_resource_name}-gate-alerts", gate_rule, opts)
         return rule
 
     def _dcgm_monitor(
@@ -238,11 +238,7 @@ class MonitoringStack(pulumi.ComponentResource):
         """The ServiceMonitor scraping dcgm-exporter: its name, "" when there is none."""
         if args.dcgm is None:
             return pulumi.Output.from_input("")
-        monitor = dcgm_service_monitor(
-            namespace,
-            selector=args.dcgm.selector,
-            target_namespace=args.dcgm.namespace,
-            port=args.dcgm.port,
-            interval=args.dcgm_scrape_interval,
+        monitor = dcgm_service_monitor(namespace, args.dcgm, args.dcgm_scrape_interval)
+        return _metadata_name(
+            _custom_resource(f"{self.pulumi_resource_name}-dcgm-exporter", monitor, opts)
         )
-        return _metadata_name(_custom_resource(f"{self._name}-dcgm-exporter", monitor, opts))

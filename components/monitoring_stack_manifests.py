@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from components.gpu_operator_manifests import deep_merge
+from components.gpu_operator_settings import DcgmTarget
 from components.gpu_resources import GpuResources
 from components.monitoring_stack_settings import MonitoringStackSettings
 from components.object_meta import PART_OF, object_meta
@@ -249,23 +250,16 @@ def gpu_alerts_rule(
     )
 
 
-def dcgm_service_monitor(
-    namespace: object,
-    *,
-    selector: Mapping[str, str],
-    target_namespace: object,
-    port: str,
-    interval: str,
-) -> dict[str, Any]:
-    """The one ServiceMonitor scraping dcgm-exporter: the Service labelled `selector` in
-    `target_namespace` (a name, or an Output of one), through dcgm_endpoint."""
+def dcgm_service_monitor(namespace: object, target: DcgmTarget, interval: str) -> dict[str, Any]:
+    """The one ServiceMonitor scraping dcgm-exporter: `target`'s Service (its namespace a
+    name, or an Output of one), through dcgm_endpoint."""
     return {
         "apiVersion": MONITORING_API,
         "kind": "ServiceMonitor",
         "metadata": object_meta(DCGM_SERVICE_MONITOR, namespace, PART_OF),
         "spec": {
-            "selector": {"matchLabels": dict(selector)},
-            "namespaceSelector": {"matchNames": [target_namespace]},
-            "endpoints": [dcgm_endpoint(port, interval)],
+            "selector": {"matchLabels": dict(target.selector)},
+            "namespaceSelector": {"matchNames": [target.namespace]},
+            "endpoints": [dcgm_endpoint(target.port, interval)],
         },
     }

@@ -46,7 +46,7 @@ import pulumi_kubernetes as k8s
 import pulumi_tls as tls
 from pydantic import Field
 
-from components.cluster_access import ClusterAccess
+from components.cluster_access import ClusterAccess, ClusterLayer
 from components.gpu_operator_settings import OperatorPods
 from components.opa_gate_manifests import (
     GATE_CONFIG_FILE,
@@ -116,7 +116,7 @@ class OpaGateArgs(OpaGateSettings):
     """{name: Rego source}; defaults to policies/*.rego without tests."""
 
 
-class OpaGate(pulumi.ComponentResource):
+class OpaGate(ClusterLayer):
     """Keeps GPU pods on the binpack scheduler, with OPA or a ValidatingAdmissionPolicy."""
 
     engine: pulumi.Output[str]
@@ -133,18 +133,16 @@ class OpaGate(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: OpaGateArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        super().__init__(TOKEN, name, None, opts)
-        self._name = name
+        super().__init__(TOKEN, name, args.access, opts)
         self._args = args
-        self._child = pulumi.ResourceOptions(parent=self, provider=args.access.provider)
 
         namespace = k8s.core.v1.Namespace(
-            f"{name}-namespace", metadata=gate_metadata(args.namespace), opts=self._child
+            f"{name}-namespace", metadata=gate_metadata(args.namespace), opts=self.children
         )
         # The namespaces the gate excludes exist before any gate object does.
         self._exclusions: list[pulumi.Resource] = [namespace]
         self._after_exclusions = pulumi.ResourceOptions.merge(
-            self._child, pulumi.ResourceOptions(depends_on=self._exclusions)
+            self.children, pulumi.ResourceOptions(depends_on=self._exclusions)
         )
         config = self._gate_data()
         if args.engine == "opa":
@@ -196,7 +194,7 @@ class OpaGate(pulumi.ComponentResource):
         pod_spec = self._opa_pod(config, key, cert)
         deployment = self._opa_deployment(config, cert, pod_spec)
         service = k8s.core.v1.Service(
-            f"{self._name}-service",
+            f"{self.pulumi_resource_name}-service",
             metadata=self._meta(OPA_NAME),
             spec=opa_service_spec(),
             opts=self._after_exclusions,
@@ -208,7 +206,7 @@ class OpaGate(pulumi.ComponentResource):
         self, service: str
     ) -> tuple[tls.PrivateKey, tls.SelfSignedCert, tls.LocallySignedCert]:
         """CA and serving certificate, kept in state: no new certificate on each up."""
-        name, ns = self._name, self._args.namespace
+        name, ns = self.pulumi_resource_name, self._args.namespace
         child = pulumi.ResourceOptions(parent=self)
         ca_key = tls.PrivateKey(f"{name}-ca-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
         ca = tls.SelfSignedCert(
@@ -251,7 +249,7 @@ class OpaGate(pulumi.ComponentResource):
         cert: tls.LocallySignedCert,
     ) -> dict[str, Any]:
         """OPA's pod spec, once what it mounts and runs as exists."""
-        name, args, after = self._name, self._args, self._after_exclusions
+        name, args, after = self.pulumi_resource_name, self._args, self._after_exclusions
         serving = k8s.core.v1.Secret(
             f"{name}-serving",
             metadata=self._meta(OPA_SERVING_SECRET),
@@ -293,7 +291,7 @@ class OpaGate(pulumi.ComponentResource):
         pod_spec: dict[str, Any],
     ) -> k8s.apps.v1.Deployment:
         """OPA's Deployment, rolled by a change of what it reads, and its disruption budget."""
-        name, args, after = self._name, self._args, self._after_exclusions
+        name, args, after = self.pulumi_resource_name, self._args, self._after_exclusions
         checksum = pulumi.Output.all(cert.cert_pem, config, policy_files(args.policies)).apply(
             lambda v: inputs_checksum(v[0], v[1], v[2])
         )
@@ -321,7 +319,7 @@ class OpaGate(pulumi.ComponentResource):
         means the policy is loaded)."""
         args = self._args
         return k8s.admissionregistration.v1.ValidatingWebhookConfiguration(
-            f"{self._name}-webhook",
+            f"{self.pulumi_resource_name}-webhook",
             metadata=gate_metadata(GATE_NAME),
             webhooks=pulumi.Output.all(config, ca.cert_pem, service.metadata.name).apply(
                 lambda v: [
@@ -335,7 +333,7 @@ class OpaGate(pulumi.ComponentResource):
                 ]
             ),
             opts=pulumi.ResourceOptions.merge(
-                self._child,
+                self.children,
                 pulumi.ResourceOptions(depends_on=[deployment, service, *self._exclusions]),
             ),
         )
@@ -344,7 +342,7 @@ class OpaGate(pulumi.ComponentResource):
 
     def _native(self, config: pulumi.Output[dict[str, Any]]) -> pulumi.Output[str]:
         """The ValidatingAdmissionPolicy and its binding: refuse GPU pods off the scheduler."""
-        name, args = self._name, self._args
+        name, args = self.pulumi_resource_name, self._args
         policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
             f"{name}-policy",
             metadata=gate_metadata(GATE_NAME),
@@ -359,13 +357,13 @@ class OpaGate(pulumi.ComponentResource):
             f"{name}-binding",
             metadata=gate_metadata(GATE_NAME),
             spec=admission_policy_binding_spec(policy.metadata.name, gate_namespace=args.namespace),
-            opts=self._child,
+            opts=self.children,
         )
         return binding.metadata.apply(lambda m: m.name)
 
     def _routing(self, config: pulumi.Output[dict[str, Any]]) -> None:
         """Route GPU pods before the ValidatingAdmissionPolicy judges them."""
-        name, args = self._name, self._args
+        name, args = self.pulumi_resource_name, self._args
         # admissionregistration.k8s.io/v1 (Kubernetes v1.36) is newer than the kubernetes SDK's
         # generated types, so the objects are declared by apiVersion and kind; the provider
         # applies them like any other kind.
@@ -389,5 +387,5 @@ class OpaGate(pulumi.ComponentResource):
             spec=routing_binding_spec(
                 policy.metadata.apply(lambda m: m["name"]), gate_namespace=args.namespace
             ),
-            opts=self._child,
+            opts=self.children,
         )

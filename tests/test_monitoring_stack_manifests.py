@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from components.gpu_operator_settings import DcgmTarget
 from components.gpu_resources import GpuResources
 from components.monitoring_stack_manifests import (
     CERT_NOT_AFTER_METRIC,
@@ -190,7 +191,7 @@ def test_dcgm_service_monitor_selects_the_exporter_service(
     selector: dict[str, str], target: str, port: str, interval: str
 ) -> None:
     monitor = dcgm_service_monitor(
-        "monitoring", selector=selector, target_namespace=target, port=port, interval=interval
+        "monitoring", DcgmTarget(namespace=target, selector=selector, port=port), interval
     )
     assert (monitor["apiVersion"], monitor["kind"]) == (
         "monitoring.coreos.com/v1",

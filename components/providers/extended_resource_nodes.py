@@ -23,9 +23,7 @@ import pulumi
 from pulumi.dynamic import Resource
 
 from components.providers.node_api import (
-    NodeApi,
     NodeApiError,
-    NodeNotFound,
     annotation_ops,
     json_pointer_escape,
     ownership,
@@ -34,7 +32,13 @@ from components.providers.node_api import (
     stack_identity,
     stack_label,
 )
-from components.providers.node_set import NodeSetProvider, Owner, refuse_set_since, written
+from components.providers.node_set import (
+    NodeSetProvider,
+    NodeStep,
+    Owner,
+    refuse_set_since,
+    written,
+)
 from components.settings import PROJECT
 
 # Allocatable is what the scheduler fits pods against. The kubelet derives it from capacity
@@ -97,17 +101,9 @@ class ExtendedResourceNodesProvider(NodeSetProvider):
     def _records(self, live: Mapping[str, Any], resources: list[str]) -> dict[str, Any]:
         return {r: ownership(live, capacity_ownership_key(r)) for r in resources}
 
-    def claim(
-        self,
-        api: NodeApi,
-        live: dict[str, Any],
-        spec: Any,
-        record: Mapping[str, Any] | None,
-        owner: Owner,
-        props: Mapping[str, Any],
-    ) -> dict[str, Any]:
-        node = str(live["metadata"]["name"])
-        before: Mapping[str, int] = (record or {}).get("spec") or {}
+    def claim(self, step: NodeStep, spec: Any) -> dict[str, Any]:
+        node, owner = step.node, step.owner
+        before: Mapping[str, int] = (step.record or {}).get("spec") or {}
         dropped = sorted(set(before) - set(spec))
 
         def ops_for(live: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -131,12 +127,12 @@ class ExtendedResourceNodesProvider(NodeSetProvider):
             notes.update({capacity_ownership_key(r): None for r in forget})
             return annotation_ops(live, notes) + _status_ops(live, spec, restore)
 
-        live = patch_status_guarded(api, node, ops_for, first=live)
+        live = patch_status_guarded(step.api, node, ops_for, first=step.live)
         records = self._records(live, sorted(spec))
         if any(found is None for found in records.values()):
             # Never advertise without the record destroy needs to undo it exactly.
             raise NodeApiError(
-                f"API server {api.server} did not keep the ownership annotations written with "
+                f"API server {step.api.server} did not keep the ownership annotations written with "
                 f"the status of node {node!r}"
             )
         return {"previous": {r: (found or {}).get("previous") for r, found in records.items()}}
@@ -163,15 +159,9 @@ class ExtendedResourceNodesProvider(NodeSetProvider):
                 restore[resource] = found.get("previous") or {}
         return restore, forget
 
-    def release(
-        self,
-        api: NodeApi,
-        live: dict[str, Any],
-        record: Mapping[str, Any],
-        owner: Owner,
-        props: Mapping[str, Any],
-    ) -> None:
-        spec: Mapping[str, int] = record.get("spec") or {}
+    def release(self, step: NodeStep) -> None:
+        owner = step.owner
+        spec: Mapping[str, int] = (step.record or {}).get("spec") or {}
 
         def ops_for(live: Mapping[str, Any]) -> list[dict[str, Any]]:
             # What was advertised before comes back, and the records go, in one write.
@@ -179,10 +169,7 @@ class ExtendedResourceNodesProvider(NodeSetProvider):
             drop = {capacity_ownership_key(r): None for r in forget}
             return annotation_ops(live, drop) + _status_ops(live, {}, restore)
 
-        try:
-            patch_status_guarded(api, live["metadata"]["name"], ops_for, first=live)
-        except NodeNotFound:
-            return  # deleted meanwhile: nothing left to undo
+        patch_status_guarded(step.api, step.node, ops_for, first=step.live)
 
     def observe(
         self, live: Mapping[str, Any], record: Mapping[str, Any], props: Mapping[str, Any]

@@ -165,27 +165,24 @@ class KubeNodeApi:
                 return items
 
     def patch_status(self, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
-        return self._call(
-            name,
-            "patch the status of",
-            lambda: self._core.patch_node_status(
-                name,
-                ops,
-                field_manager=FIELD_MANAGER,
-                _content_type="application/json-patch+json",
-                _preload_content=False,
-            ),
-        )
+        return self._patch(name, "patch the status of", self._core.patch_node_status, ops, "json")
 
     def merge_patch(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self._patch(name, "patch", self._core.patch_node, patch, "merge")
+
+    def _patch(
+        self, name: str, doing: str, call: Callable[..., Any], body: Any, kind: str
+    ) -> dict[str, Any]:
+        """`call` (a CoreV1Api node patch) with a JSON Patch or a JSON Merge Patch body."""
+        content_type = f"application/{kind}-patch+json"
         return self._call(
             name,
-            "patch",
-            lambda: self._core.patch_node(
+            doing,
+            lambda: call(
                 name,
-                patch,
+                body,
                 field_manager=FIELD_MANAGER,
-                _content_type="application/merge-patch+json",
+                _content_type=content_type,
                 _preload_content=False,
             ),
         )

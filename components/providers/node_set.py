@@ -195,6 +195,24 @@ def merge_patches(*patches: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return merged or None
 
 
+@dataclass(frozen=True)
+class NodeStep:
+    """One node's turn in a run of its set: what `claim` and `release` work from."""
+
+    api: NodeApi
+    live: dict[str, Any]
+    """The node as listed."""
+    record: Mapping[str, Any] | None
+    """What the state holds for the node (what the stack applied there last), if anything."""
+    owner: Owner
+    props: Mapping[str, Any]
+    """The set's inputs (for a release: those it was applied with)."""
+
+    @property
+    def node(self) -> str:
+        return str(self.live["metadata"]["name"])
+
+
 class Plan(NamedTuple):
     """What an `up` does to get a node set from its state to its inputs."""
 
@@ -242,29 +260,14 @@ class NodeSetProvider(RunCredentials):
     def wanted(self, props: Mapping[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
 
-    def claim(
-        self,
-        api: NodeApi,
-        live: dict[str, Any],
-        spec: Any,
-        record: Mapping[str, Any] | None,
-        owner: Owner,
-        props: Mapping[str, Any],
-    ) -> dict[str, Any]:
-        """Apply `spec` to the node `live` (as listed: a write starts from it, and re-reads
-        the node only on a conflict); `record` is what the state holds for the node (what the
-        stack applied there last), if anything. Return what to keep in `applied`."""
+    def claim(self, step: NodeStep, spec: Any) -> dict[str, Any]:
+        """Apply `spec` to the node `step.live` (as listed: a write starts from it, and re-reads
+        the node only on a conflict); `step.record` is what the state holds for the node (what
+        the stack applied there last), if anything. Return what to keep in `applied`."""
         raise NotImplementedError
 
-    def release(
-        self,
-        api: NodeApi,
-        live: dict[str, Any],
-        record: Mapping[str, Any],
-        owner: Owner,
-        props: Mapping[str, Any],
-    ) -> None:
-        """Undo on the node `live` what this stack recorded there (nothing if it has no record)."""
+    def release(self, step: NodeStep) -> None:
+        """Undo on the node `step.live` what this stack recorded there (`step.record`)."""
         raise NotImplementedError
 
     def observe(
@@ -301,8 +304,12 @@ class NodeSetProvider(RunCredentials):
         live = _by_name(api.list_nodes()) if records else {}
 
         def release(node: str) -> None:
-            if node in live:  # a node that is gone took the edit with it
-                self.release(api, live[node], records[node], owner, props)
+            if node not in live:
+                return  # a node that is gone took the edit with it
+            try:
+                self.release(NodeStep(api, live[node], records[node], owner, props))
+            except NodeNotFound:
+                return  # deleted meanwhile: nothing left to undo
 
         return for_each_node(records, release, self._workers)
 
@@ -323,7 +330,9 @@ class NodeSetProvider(RunCredentials):
             if node not in live:
                 raise NodeNotFound(f"node {node!r} not found on API server {api.server}")
             known = owner if node in before else owner.without_former()
-            return self.claim(api, live[node], wanted[node], before.get(node), known, news)
+            return self.claim(
+                NodeStep(api, live[node], before.get(node), known, news), wanted[node]
+            )
 
         claimed, claim_failed = for_each_node(plan.claim, claim, self._workers)
         # A node that failed keeps its earlier record: still applied as before, retried next.

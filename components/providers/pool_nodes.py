@@ -24,8 +24,6 @@ from pulumi.dynamic import Resource
 
 from components.providers.node_api import (
     Mutate,
-    NodeApi,
-    NodeNotFound,
     ownership,
     ownership_key,
     stack_identity,
@@ -34,6 +32,7 @@ from components.providers.node_api import (
 )
 from components.providers.node_set import (
     NodeSetProvider,
+    NodeStep,
     Owner,
     merge_patches,
     refuse_set_since,
@@ -216,15 +215,8 @@ class GpuPoolNodesProvider(NodeSetProvider):
         spec = {"value": props["value"], "labels": dict(props.get("labels") or {})}
         return {node: spec for node in props["nodes"]}
 
-    def claim(
-        self,
-        api: NodeApi,
-        live: dict[str, Any],
-        spec: Any,
-        record: Mapping[str, Any] | None,
-        owner: Owner,
-        props: Mapping[str, Any],
-    ) -> dict[str, Any]:
+    def claim(self, step: NodeStep, spec: Any) -> dict[str, Any]:
+        owner, record, props = step.owner, step.record, step.props
         key, effect = props["key"], props["effect"]
         wanted = taint_entry(key, spec["value"], effect)
         before = (record or {}).get("spec") or {}
@@ -239,30 +231,21 @@ class GpuPoolNodesProvider(NodeSetProvider):
             ]
             + [release_label(owner, name, old_labels[name]) for name in dropped]
         )
-        live = update_node(api, live["metadata"]["name"], mutate, first=live)
+        live = update_node(step.api, step.node, mutate, first=step.live)
         taint = ownership(live, taint_ownership_key(key, effect)) or {}
         return {"previous": taint.get("previous")}
 
-    def release(
-        self,
-        api: NodeApi,
-        live: dict[str, Any],
-        record: Mapping[str, Any],
-        owner: Owner,
-        props: Mapping[str, Any],
-    ) -> None:
+    def release(self, step: NodeStep) -> None:
+        owner, props = step.owner, step.props
         key, effect = props["key"], props["effect"]
-        spec = record.get("spec") or {}
+        spec = (step.record or {}).get("spec") or {}
         wrote = taint_entry(key, spec["value"], effect) if "value" in spec else None
         labels: Mapping[str, str] = spec.get("labels") or {}
         mutate = _combined(
             [release_pool_taint(owner, key, effect, wrote)]
             + [release_label(owner, name, labels[name]) for name in sorted(labels)]
         )
-        try:
-            update_node(api, live["metadata"]["name"], mutate, first=live)
-        except NodeNotFound:
-            return  # deleted meanwhile: nothing left to undo
+        update_node(step.api, step.node, mutate, first=step.live)
 
     def observe(
         self, live: Mapping[str, Any], record: Mapping[str, Any], props: Mapping[str, Any]
