@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help demo venv tools pulumi-tools tools-if-available go-test lint test test-fast preview-local preview-dev clean
+.PHONY: help demo venv tools pulumi-tools tools-if-available go-test scheduler-image lint test test-fast preview-local preview-dev clean
 
 help:
 	@echo "make demo         the whole stack on a local cluster: up, GPU pods scheduled and gated, destroy"
@@ -12,6 +12,7 @@ help:
 	@echo "make test-fast    lint and run the tests that need no built tools"
 	@echo "make tools        build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubeadm, gpu-binpack-scheduler, kwok, OPA, promtool, the monitoring CRDs and the Pulumi CLI into .tools/bin"
 	@echo "make pulumi-tools build the Pulumi CLI and the Python plugin scripts into .tools/bin"
+	@echo "make scheduler-image build the fragmentation-aware scheduler image with ko into .tools/images (an OCI archive; no registry, no Docker)"
 	@echo "make preview-local pulumi preview --diff of the local stack against a fresh local cluster"
 	@echo "make preview-dev  pulumi preview --stack dev (needs the Pulumi CLI and a kubeconfig)"
 
@@ -45,6 +46,10 @@ go-test:
 	@if command -v go >/dev/null 2>&1; then bash tools/test-scheduler.sh; \
 	elif [ "$${CI:-}" = "true" ]; then echo "error: go is required for the scheduler plugin's tests under CI" >&2; exit 1; \
 	else echo "==> go not found: the scheduler plugin's Go tests are skipped"; fi
+
+# The gpu-binpack-scheduler image (scheduler/) as an OCI archive, built offline with ko.
+scheduler-image:
+	@bash tools/build-scheduler-image.sh
 
 lint: venv
 	@echo "==> ruff"

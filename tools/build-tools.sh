@@ -23,6 +23,14 @@
 #   promql-metrics  tools/go/promtool/cmd/promql-metrics  (same module: Prometheus' PromQL
 #                   parser, lists the metrics each dashboard expression selects)
 #
+# and, for `make scheduler-image` only (not in the default set):
+#
+#   ko              github.com/google/ko                              v0.19.1  (tools/go/ko)
+#   crane           github.com/google/go-containerregistry/cmd/crane  v0.21.7  (tools/go/ko; the
+#                   go-containerregistry release ko v0.19.1 requires)
+#   ko-base         tools/go/ko/cmd/ko-base  (same module: the minimal base image, served from a
+#                   throwaway registry on 127.0.0.1 while ko builds, and the reproducible archive)
+#
 # Each tool is built from a small wrapper Go module whose go.mod/go.sum pin the
 # exact dependency graph. Binaries go to <repo>/.tools/bin (git-ignored), or to
 # $GPU_CLUSTER_TOOLS_BIN if set. A tool is rebuilt only when its stamp file
@@ -49,6 +57,8 @@ promtool_version=v0.315.0
 kwok_version=v0.8.0
 controller_tools_version=v0.23.0
 monitoring_apis_version=v0.95.1
+ko_version=v0.19.1
+crane_version=v0.21.7
 
 build_opa() {
   # github.com/open-policy-agent/opa/v1/version.Version is already "1.22.2"
@@ -146,6 +156,20 @@ build_promql_metrics() {
   build promql-metrics "${promtool_version}" "${go_dir}/promtool" ./cmd/promql-metrics "-s -w"
 }
 
+build_ko() {
+  build ko "${ko_version}" "${go_dir}/ko" github.com/google/ko \
+    "-s -w -X github.com/google/ko/pkg/commands.Version=${ko_version}"
+}
+
+build_crane() {
+  build crane "${crane_version}" "${go_dir}/ko" github.com/google/go-containerregistry/cmd/crane \
+    "-s -w -X github.com/google/go-containerregistry/cmd/crane/cmd.Version=${crane_version}"
+}
+
+build_ko_base() {
+  build ko-base "${crane_version}" "${go_dir}/ko" ./cmd/ko-base "-s -w"
+}
+
 tools=("$@")
 if [[ ${#tools[@]} -eq 0 ]]; then
   tools=(opa etcd kube-apiserver kube-controller-manager kube-scheduler kubeadm gpu-binpack-scheduler kwok monitoring-crds promtool promql-metrics)
@@ -161,7 +185,10 @@ for tool in "${tools[@]}"; do
     monitoring-crds) build_monitoring_crds ;;
     promtool) build_promtool ;;
     promql-metrics) build_promql_metrics ;;
-    *) echo "unknown tool: ${tool} (known: opa etcd kube-apiserver kube-controller-manager kube-scheduler kubeadm gpu-binpack-scheduler kwok monitoring-crds promtool promql-metrics)" >&2; exit 2 ;;
+    ko) build_ko ;;
+    crane) build_crane ;;
+    ko-base) build_ko_base ;;
+    *) echo "unknown tool: ${tool} (known: opa etcd kube-apiserver kube-controller-manager kube-scheduler kubeadm gpu-binpack-scheduler kwok monitoring-crds promtool promql-metrics ko crane ko-base)" >&2; exit 2 ;;
   esac
 done
 echo "tools in ${bin_dir}"
