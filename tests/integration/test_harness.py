@@ -6,6 +6,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -178,3 +179,57 @@ def test_startup_failure_reports_logs_and_cleans_up(require_tools: Callable[...,
     assert cp.pids == {}
     with pytest.raises(ControlPlaneError):
         _ = cp.workdir
+
+
+def test_harness_child_process_dies_with_the_process_that_started_it(tmp_path: Any) -> None:
+    """A harness process outlives no killed test run (setpriv's PR_SET_PDEATHSIG)."""
+    import shutil
+    import signal
+    import subprocess
+    import sys
+
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) not found: children are reaped by the workdir sweep")
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from tools.harness.controlplane import ManagedProcess\n"
+        "p = ManagedProcess('sleep', ['sleep', '120'], Path(sys.argv[1]))\n"
+        "p.start()\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path / "sleep.log")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    # Popen returns once setpriv runs; it sets the signal, then becomes the command.
+    started = time.monotonic() + 10
+    while not _cmdline(child).startswith("sleep") and time.monotonic() < started:
+        time.sleep(0.05)
+    assert _running(child)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while _running(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(child)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except FileNotFoundError:
+        return ""
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a killed orphan may wait a while for its reaper)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"

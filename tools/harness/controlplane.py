@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import json
 import os
 import shutil
@@ -126,29 +125,25 @@ def _remove_stale_workdirs(base_dir: str | Path | None) -> None:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-_PR_SET_PDEATHSIG = 1
+def _die_with_parent(argv: Sequence[str]) -> list[str]:
+    """`argv` run so that the child gets SIGKILL when this process dies (Linux, setpriv).
 
-
-def _child_setup(die_with_parent: bool) -> Callable[[], None] | None:
-    """preexec_fn that makes the child get SIGKILL when this process dies (Linux only).
-
-    PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, so it
-    is only used for children started from the main thread.
+    util-linux's setpriv sets PR_SET_PDEATHSIG and execs the command (same pid). It replaces a
+    preexec_fn: that forces fork() and runs Python in the child, where the pthread_atfork
+    handlers of the gRPC threads the Pulumi engine leaves in this process abort it now and then
+    (SIGABRT, "epoll_wait error: Bad file descriptor") before the command starts; without one,
+    subprocess uses vfork and no handler runs. PR_SET_PDEATHSIG fires when the *thread* that
+    started the child exits, so it is only asked for from the main thread. Without setpriv the
+    command runs as it is (the stale-workdir sweep still reaps what a killed run leaves).
     """
-    if not die_with_parent or not sys.platform.startswith("linux"):
-        return None
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-    prctl = libc.prctl
-
-    def setup() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-    return setup
+    setpriv = shutil.which("setpriv")
+    if (
+        setpriv is None
+        or not sys.platform.startswith("linux")
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        return list(argv)
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv]
 
 
 class Lifecycle:
@@ -187,13 +182,12 @@ class ManagedProcess:
         self._log.write(("$ " + " ".join(self.argv) + "\n").encode())
         self._log.flush()
         self._popen = subprocess.Popen(
-            self.argv,
+            _die_with_parent(self.argv),
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,  # own session + process group (pgid == pid)
-            preexec_fn=_child_setup(True),
         )
 
     @property
