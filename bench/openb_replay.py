@@ -395,6 +395,11 @@ CSV_FIELDS = (
 )
 
 
+def milliseconds(seconds: float | None) -> str:
+    """Seconds as milliseconds with two decimals; "" when unknown."""
+    return "" if seconds is None else f"{seconds * 1000:.2f}"
+
+
 def _ratio(value: float | None) -> str:
     return "" if value is None else f"{value:.4f}"
 
@@ -431,20 +436,24 @@ def csv_row(m: Metrics) -> dict[str, str]:
         "out_of_order_attempts": "" if m.out_of_order is None else str(m.out_of_order),
         "wall_s": f"{m.wall_s:.1f}",
         "scheduling_s": "" if m.scheduling_s is None else f"{m.scheduling_s:.2f}",
-        "attempt_p99_ms": "" if m.attempt_p99_s is None else f"{m.attempt_p99_s * 1000:.2f}",
-        "attempt_mean_ms": "" if m.attempt_mean_s is None else f"{m.attempt_mean_s * 1000:.2f}",
-        "algorithm_p99_ms": "" if m.algorithm_p99_s is None else f"{m.algorithm_p99_s * 1000:.2f}",
+        "attempt_p99_ms": milliseconds(m.attempt_p99_s),
+        "attempt_mean_ms": milliseconds(m.attempt_mean_s),
+        "algorithm_p99_ms": milliseconds(m.algorithm_p99_s),
     }
     return row
 
 
-def write_csv(path: Path, results: Sequence[Metrics]) -> None:
+def write_rows(path: Path, fields: Sequence[str], rows: Iterable[Mapping[str, str]]) -> None:
+    """A CSV file with `fields` as its header, one line per row."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, lineterminator="\n")
+        writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
-        for m in results:
-            writer.writerow(csv_row(m))
+        writer.writerows(rows)
+
+
+def write_csv(path: Path, results: Sequence[Metrics]) -> None:
+    write_rows(path, CSV_FIELDS, (csv_row(m) for m in results))
 
 
 CURVE_FIELDS = ("fleet", "order", "profile", "run", "pod", *CURVE_COLUMNS)

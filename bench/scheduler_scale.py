@@ -25,7 +25,6 @@ pod status, and the scheduler sees the same objects either way.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -39,8 +38,10 @@ from bench.openb_replay import (
     Metrics,
     ReplayCluster,
     TraceNode,
+    milliseconds,
     read_nodes,
     read_pods,
+    write_rows,
 )
 
 PROFILES = ("default", "binpack", "fragmentation")
@@ -67,10 +68,6 @@ def throughput(m: Metrics) -> float:
     return m.pods / m.scheduling_s
 
 
-def _ms(seconds: float | None) -> str:
-    return "" if seconds is None else f"{seconds * 1000:.2f}"
-
-
 def row(m: Metrics) -> dict[str, str]:
     return {
         "nodes": str(m.nodes),
@@ -78,9 +75,9 @@ def row(m: Metrics) -> dict[str, str]:
         "pods": str(m.pods),
         "scheduling_s": f"{m.scheduling_s:.2f}",
         "pods_per_s": f"{throughput(m):.1f}",
-        "p99_ms": _ms(m.attempt_p99_s),
-        "mean_ms": _ms(m.attempt_mean_s),
-        "algorithm_p99_ms": _ms(m.algorithm_p99_s),
+        "p99_ms": milliseconds(m.attempt_p99_s),
+        "mean_ms": milliseconds(m.attempt_mean_s),
+        "algorithm_p99_ms": milliseconds(m.algorithm_p99_s),
     }
 
 
@@ -141,12 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def write_csv(path: Path, results: Sequence[Metrics]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=FIELDS, lineterminator="\n")
-        writer.writeheader()
-        for m in results:
-            writer.writerow(row(m))
+    write_rows(path, FIELDS, (row(m) for m in results))
 
 
 if __name__ == "__main__":
