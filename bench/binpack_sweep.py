@@ -23,22 +23,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench.openb_replay import (
-    BENCH_IMAGE,
-    CSV_FIELDS,
-    Metrics,
-    ReplayCluster,
-    add_trace_arguments,
-    csv_row,
-    load_trace,
-)
+from bench import RESULTS
+from bench.openb_trace import add_trace_arguments, load_trace
+from bench.replay_cluster import BENCH_IMAGE, ReplayCluster
+from bench.replay_results import CSV_FIELDS, Metrics, csv_row
 from components.binpack_scheduler_manifests import FRAGMENTATION_PLUGIN
 from components.binpack_scheduler_settings import FRAGMENTATION
 from stack_config import SchedulerConfig
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
-DEFAULT_CSV = REPO_ROOT / "bench" / "results" / "binpack_sweep.csv"
+DEFAULT_CSV = RESULTS / "binpack_sweep.csv"
 TODAY = {"resourceWeights": {"nvidia.com/gpu": 100, "cpu": 1, "memory": 1}}
 KUBE_BALANCED = {"weight": 1, "resources": ["cpu", "memory"]}
 BALANCED_GPU = ["cpu", "memory", "nvidia.com/gpu"]

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.openb_replay import (
+from bench.openb_trace import (
     DEFAULT_NODES_FILE,
     DEFAULT_PODS_FILE,
     POD_COLUMNS,

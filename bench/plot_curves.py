@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from bench.openb_replay import CURVE_COLUMNS, PROFILES
+from bench.replay_cluster import PROFILES
+from bench.replay_results import CURVE_COLUMNS
 
 GRID_STEP = 0.005
 PANELS = (

@@ -42,6 +42,7 @@ from typing import Any, cast
 import pulumi
 from kubernetes import client
 
+from bench import RESULTS
 from components import (
     ClusterAccess,
     ExtendedResourceNodes,
@@ -60,7 +61,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SIZES = (100, 500, 1213, 2000)  # 1,213: the openb trace's node list
 TAINT = Taint()
 EXTENDED = {"example.com/nic": 1}
-RESULTS = REPO_ROOT / "bench" / "results" / "scale.csv"
+DEFAULT_CSV = RESULTS / "scale.csv"
 
 
 def node_names(n: int) -> list[str]:
@@ -270,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--parallel", type=int, default=None, help="the engine's --parallel")
-    parser.add_argument("--csv", type=Path, default=RESULTS)
+    parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
     parser.add_argument(
         "--skip-checkpoints",
         action="store_true",

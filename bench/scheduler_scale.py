@@ -30,22 +30,19 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from bench.openb_replay import (
+from bench import RESULTS
+from bench.openb_trace import (
     DEFAULT_NODES_FILE,
     DEFAULT_PODS_FILE,
-    REPO_ROOT,
-    STACK_SETTINGS,
-    Metrics,
-    ReplayCluster,
     TraceNode,
-    milliseconds,
     read_nodes,
     read_pods,
-    write_rows,
 )
+from bench.replay_cluster import STACK_SETTINGS, ReplayCluster
+from bench.replay_results import Metrics, milliseconds, write_rows
 
 PROFILES = ("default", "binpack", "fragmentation")
-DEFAULT_CSV = REPO_ROOT / "bench" / "results" / "scheduler_scale.csv"
+DEFAULT_CSV = RESULTS / "scheduler_scale.csv"
 FIELDS = (
     "nodes",
     "profile",

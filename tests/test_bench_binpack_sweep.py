@@ -8,7 +8,8 @@ from pathlib import Path
 
 from bench.binpack_sweep import POINTS, best, format_table, knobs, pareto, write_csv
 from bench.derive_trace import derive, more_multi_gpu, scale_row
-from bench.openb_replay import Metrics, TraceNode, read_pods
+from bench.openb_trace import TraceNode, read_pods
+from bench.replay_results import Metrics
 from components.binpack_scheduler_manifests import render_config
 
 

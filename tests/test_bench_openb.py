@@ -1,4 +1,4 @@
-"""bench/openb_replay.py: trace parsing, the GPU mapping and the metrics, on hand-made rows.
+"""The openb replay's modules: trace parsing, the GPU mapping and the metrics, on hand-made rows.
 
 The replay itself needs the built control plane and takes minutes; it is run by hand
 (bench/README.md), not here.
@@ -15,31 +15,35 @@ from typing import Any
 import pytest
 
 from bench.fleet import allocatable, daemonset_requests
-from bench.openb_replay import (
-    BINARIES,
-    CURVE_STEP,
-    GPU,
-    ReplayCluster,
+from bench.openb_trace import (
     TraceError,
     TraceNode,
     TracePod,
-    WatchExpired,
     arrival_order,
+    fitting,
+    gpu_request,
+    read_nodes,
+    read_pods,
+)
+from bench.replay_cluster import (
+    BINARIES,
+    ReplayCluster,
+    WatchExpired,
+    first_attempts,
+    follow,
+    out_of_order_attempts,
+    pod_object,
+    scheduler_config,
+)
+from bench.replay_results import (
+    CURVE_STEP,
+    GPU,
     attempt_mean,
     attempt_quantile,
     compute_metrics,
     csv_row,
-    first_attempts,
-    fitting,
-    follow,
     format_table,
-    gpu_request,
     no_node_has_gpus,
-    out_of_order_attempts,
-    pod_object,
-    read_nodes,
-    read_pods,
-    scheduler_config,
     summary_table,
     write_csv,
     write_curves,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bench.openb_replay import TraceNode, TracePod, compute_metrics
+from bench.openb_trace import TraceNode, TracePod
+from bench.replay_results import compute_metrics
 from bench.scheduler_scale import fleet_of, format_table
 
 

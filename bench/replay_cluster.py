@@ -1,0 +1,632 @@
+"""The live replay: a harness control plane holding the trace's nodes, the profiles under test.
+
+`ReplayCluster` starts etcd and kube-apiserver, creates the nodes (the bare trace or the
+realistic fleet of bench/fleet.py) and, per `run`, creates the pods, starts kube-scheduler with
+one profile and follows its decisions until every pod is bound or Unschedulable.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+from urllib.parse import urlparse
+
+import yaml
+
+from bench import fleet
+from bench.openb_trace import TraceNode, TracePod
+from bench.replay_results import (
+    ALGORITHM_METRIC,
+    Metrics,
+    attempt_mean,
+    attempt_quantile,
+    compute_metrics,
+)
+from components.binpack_scheduler_manifests import render_config
+from components.binpack_scheduler_settings import FRAGMENTATION
+from components.gpu_resources import WHOLE_GPU
+from components.tainted_gpu_pool import Taint
+from stack_config import SchedulerConfig
+
+GPU = WHOLE_GPU
+NODE_PODS = 110
+NAMESPACE = "openb"
+FLEETS = ("bare", "realistic")
+PROFILES = ("default", "mostallocated", "binpack", "fragmentation")
+# The Kubernetes documentation's bin-packing example ("Resource Bin Packing"): MostAllocated,
+# cpu and memory weight 1, the extended resource 3.
+MOST_ALLOCATED_WEIGHTS = {"cpu": 1, "memory": 1, GPU: 3}
+POOL_TAINT = Taint()
+TRACE_IMAGE = "registry.invalid/trace:1"
+CLIENT_QPS = 5000
+# kube-scheduler v1.37 fills its informers with a streaming watch (the WatchListClient
+# feature), whose initial events did not come in name order here (288 of 300 first attempts
+# out of trace order in a 300-pod run); a plain LIST returns the pods sorted by name.
+SCHEDULER_FLAGS = ("--feature-gates=WatchListClient=false",)
+# The built tool each profile runs: the fragmentation profile needs the GpuFragmentation plugin
+# (scheduler/, built by tools/build-tools.sh); the image only satisfies the settings' check.
+BINARIES = {"fragmentation": "gpu-binpack-scheduler"}
+BENCH_IMAGE = "localhost/gpu-binpack-scheduler:bench"
+# The stack's scheduler settings each of its profiles renders when the caller gives none.
+STACK_SETTINGS: dict[str, Callable[[], SchedulerConfig]] = {
+    "binpack": SchedulerConfig,
+    "fragmentation": lambda: SchedulerConfig(scoring=FRAGMENTATION, image=BENCH_IMAGE),
+}
+ATTEMPT = re.compile(r'"Attempting to schedule pod" pod="' + NAMESPACE + r"/p(\d+)-")
+
+
+# ------------------------------------------------------------------- cluster objects
+
+
+def scheduler_config(
+    profile: str,
+    kubeconfig: str,
+    settings: SchedulerConfig | None = None,
+    *,
+    score_all: bool = True,
+) -> tuple[str, dict[str, Any]]:
+    """(schedulerName, KubeSchedulerConfiguration) for `profile`.
+
+    binpack is rendered from `settings` (default: the stack's default scheduler settings),
+    scoring every node unless the settings choose a percentageOfNodesToScore; fragmentation is
+    the same with `scheduler.scoring: fragmentation` (the GpuFragmentation plugin); default
+    scores every node. With `score_all` false every profile keeps kube-scheduler's adaptive
+    sample (what the stack's own settings do).
+    """
+    if profile in STACK_SETTINGS:
+        stack_profile = (settings or STACK_SETTINGS[profile]()).profile
+        if settings is None and score_all:  # the stack's settings leave sampling adaptive
+            stack_profile = replace(stack_profile, percentage_of_nodes_to_score=100)
+        stack_profile = replace(stack_profile, leader_elect=False)
+        config = render_config(stack_profile, kubeconfig=kubeconfig)
+        name = stack_profile.scheduler_name
+    elif profile in ("default", "mostallocated"):
+        name = "default-scheduler"
+        stock: dict[str, Any] = {"schedulerName": name}
+        if score_all:
+            stock["percentageOfNodesToScore"] = 100
+        if profile == "mostallocated":
+            stock["pluginConfig"] = [most_allocated_args()]
+        config = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "leaderElection": {"leaderElect": False},
+            "clientConnection": {"kubeconfig": kubeconfig},
+            "profiles": [stock],
+        }
+    else:
+        raise ValueError(f"profile {profile!r}: expected one of {', '.join(PROFILES)}")
+    # Same client rate for both: the replay measures scoring, not client-side throttling.
+    config["clientConnection"].update(qps=CLIENT_QPS, burst=CLIENT_QPS)
+    return name, config
+
+
+def most_allocated_args() -> dict[str, Any]:
+    """NodeResourcesFit scoring by MostAllocated over `MOST_ALLOCATED_WEIGHTS`."""
+    return {
+        "name": "NodeResourcesFit",
+        "args": {
+            "scoringStrategy": {
+                "type": "MostAllocated",
+                "resources": [
+                    {"name": name, "weight": weight}
+                    for name, weight in MOST_ALLOCATED_WEIGHTS.items()
+                ],
+            }
+        },
+    }
+
+
+def pod_name(index: int, pod: TracePod) -> str:
+    return f"p{index:05d}-{pod.name}"
+
+
+def node_capacity(node: TraceNode) -> dict[str, str]:
+    return {
+        "cpu": f"{node.cpu_milli}m",
+        "memory": f"{node.memory_mib}Mi",
+        GPU: str(node.gpus),
+        "pods": str(NODE_PODS),
+    }
+
+
+def pod_object(
+    index: int, pod: TracePod, scheduler_name: str, image: str = TRACE_IMAGE
+) -> dict[str, Any]:
+    requests = {"cpu": f"{pod.cpu_milli}m", "memory": f"{pod.memory_mib}Mi"}
+    limits = {}
+    if pod.gpus:
+        # Extended resources cannot be overcommitted: limits must equal requests.
+        requests[GPU] = limits[GPU] = str(pod.gpus)
+    return {
+        "metadata": {"name": pod_name(index, pod), "labels": {"trace": "openb"}},
+        "spec": {
+            "schedulerName": scheduler_name,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "tolerations": [POOL_TAINT.toleration()],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "resources": {"requests": requests, "limits": limits},
+                }
+            ],
+        },
+    }
+
+
+def decision(pod: Mapping[str, Any]) -> tuple[bool, str | None, str]:
+    """(decided, node, message) for a pod object.
+
+    Bound: (True, node, ""). Marked Unschedulable: (True, None, the condition's message).
+    """
+    node = pod.get("spec", {}).get("nodeName")
+    if node:
+        return True, str(node), ""
+    for cond in pod.get("status", {}).get("conditions") or []:
+        if (cond.get("type"), cond.get("status"), cond.get("reason")) == (
+            "PodScheduled",
+            "False",
+            "Unschedulable",
+        ):
+            return True, None, str(cond.get("message", ""))
+    return False, None, ""
+
+
+def out_of_order_attempts(first_attempts: Sequence[int]) -> int:
+    """How many first attempts came after a later trace pod's first attempt."""
+    highest = -1
+    late = 0
+    for index in first_attempts:
+        if index < highest:
+            late += 1
+        highest = max(highest, index)
+    return late
+
+
+def first_attempts(log: str) -> list[int]:
+    """Trace positions in the order of their first "Attempting to schedule pod" log line."""
+    seen: set[int] = set()
+    order = []
+    for match in ATTEMPT.finditer(log):
+        index = int(match.group(1))
+        if index not in seen:
+            seen.add(index)
+            order.append(index)
+    return order
+
+
+# ------------------------------------------------------------------------ live replay
+
+
+class _Api:
+    """JSON over keep-alive HTTPS connections, one per thread (the admin credentials)."""
+
+    def __init__(self, server: str, context: Any) -> None:
+        url = urlparse(server)
+        self.host, self.port = url.hostname or "127.0.0.1", url.port or 443
+        self.context = context
+        self._local = threading.local()
+
+    def _connection(self) -> http.client.HTTPSConnection:
+        conn: http.client.HTTPSConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = http.client.HTTPSConnection(self.host, self.port, context=self.context)
+            self._local.conn = conn
+        return conn
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = (
+                "application/merge-patch+json" if method == "PATCH" else "application/json"
+            )
+        for attempt in range(3):
+            conn = self._connection()
+            try:
+                conn.request(method, path, body=data, headers=headers)
+                resp = conn.getresponse()
+                raw = resp.read()
+            except (http.client.HTTPException, OSError):
+                conn.close()
+                self._local.conn = None
+                if attempt == 2:
+                    raise
+                continue
+            if resp.status >= 300:
+                raise RuntimeError(f"{method} {path}: HTTP {resp.status}: {raw[:500]!r}")
+            return json.loads(raw) if raw else None
+        raise AssertionError("unreachable")
+
+    def watch(
+        self, path: str, resource_version: str, on_object: Callable[[dict[str, Any]], bool]
+    ) -> bool:
+        """Feed watch events' objects to `on_object` until it returns True (then True).
+
+        False when the server ends the stream: the API server drops a watcher that falls
+        behind a burst; resume from the last object's resourceVersion. Raises
+        `WatchExpired` when that version is too old.
+        """
+        conn = http.client.HTTPSConnection(self.host, self.port, context=self.context)
+        try:
+            conn.request(
+                "GET",
+                f"{path}?watch=1&resourceVersion={resource_version}"
+                "&allowWatchBookmarks=true&timeoutSeconds=3600",
+                headers={"Accept": "application/json"},
+            )
+            resp = conn.getresponse()
+            if resp.status == 410:
+                raise WatchExpired(resource_version)
+            if resp.status != 200:
+                raise RuntimeError(f"watch {path}: HTTP {resp.status}: {resp.read()[:500]!r}")
+            # One JSON event per line; HTTPResponse.readline can stop early on chunked bodies.
+            buffer = b""
+            while chunk := resp.read1(1 << 16):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event["type"] == "ERROR":
+                        if event["object"].get("code") == 410:
+                            raise WatchExpired(resource_version)
+                        raise RuntimeError(f"watch {path}: {event['object']}")
+                    if on_object(event["object"]):
+                        return True
+            return False
+        except (http.client.HTTPException, OSError):
+            return False
+        finally:
+            conn.close()
+
+
+class WatchExpired(RuntimeError):
+    """The watch's resourceVersion is no longer available (HTTP 410): list again."""
+
+
+def follow(api: _Api, path: str, on_object: Callable[[dict[str, Any]], bool]) -> None:
+    """List and watch `path` until `on_object` returns True, resuming dropped watches.
+
+    `on_object` sees every object in the list and then every watched change; bookmarks
+    only move the resume point.
+    """
+    version = ""
+    while True:
+        if not version:
+            listed = api.request("GET", path)
+            version = listed["metadata"]["resourceVersion"]
+            if any(on_object(item) for item in listed["items"]):
+                return
+
+        def seen(obj: dict[str, Any]) -> bool:
+            nonlocal version
+            version = obj["metadata"]["resourceVersion"]
+            # A bookmark carries only a resourceVersion.
+            return "name" in obj["metadata"] and on_object(obj)
+
+        try:
+            if api.watch(path, version, seen):
+                return
+        except WatchExpired:
+            version = ""
+
+
+def _parallel(threads: int, work: Callable[[Any], None], items: Sequence[Any]) -> None:
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for _ in pool.map(work, items):
+            pass
+
+
+class ReplayCluster:
+    """One harness control plane holding the trace's nodes; `run` replays the pods once.
+
+    With `fleet="realistic"` the nodes report allocatable as kubelets do and run the DaemonSet
+    pods of bench/fleet.py before any run (see that module; `daemonsets=False` leaves the pods
+    out, keeping allocatable and images); `view` is the nodes as the
+    scheduler then sees them. Between runs every pod of the trace is deleted at once (grace
+    period 0: no kubelet ever confirms a deletion here), so each run starts from the same
+    nodes. Use as a context manager.
+    """
+
+    def __init__(
+        self,
+        nodes: Sequence[TraceNode],
+        *,
+        fleet: str = "bare",
+        seed: int = 1,
+        daemonsets: bool = True,
+        threads: int = 16,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        from tools.harness import LocalControlPlane
+
+        if fleet not in FLEETS:
+            raise ValueError(f"fleet {fleet!r}: expected one of {', '.join(FLEETS)}")
+        self.nodes = nodes
+        self.fleet = fleet
+        self.seed = seed
+        self.daemonsets = fleet == "realistic" and daemonsets
+        self.threads = threads
+        self.log = log
+        self.cp = LocalControlPlane()
+        self.api: _Api | None = None
+        self.view = [self._seen(node) for node in nodes]
+
+    def _allocatable(self, node: TraceNode) -> tuple[int, int]:
+        if self.fleet == "bare":
+            return node.cpu_milli, node.memory_mib
+        return fleet.allocatable(node.name, node.cpu_milli, node.memory_mib, self.seed)
+
+    def _seen(self, node: TraceNode) -> TraceNode:
+        """`node` as the scheduler sees it: allocatable less the DaemonSet pods."""
+        cpu, memory = self._allocatable(node)
+        if self.daemonsets:
+            system_cpu, system_memory = fleet.daemonset_requests()
+            cpu, memory = cpu - system_cpu, memory - system_memory
+        return replace(node, cpu_milli=cpu, memory_mib=memory)
+
+    def __enter__(self) -> ReplayCluster:
+        self.cp.start()
+        try:
+            self.api = _Api(self.cp.server, self.cp.ssl_context())
+            started = time.monotonic()
+            self.cp.create_namespace(NAMESPACE)
+            _parallel(self.threads, self._create_node, self.nodes)
+            self.log(f"{len(self.nodes)} nodes created in {time.monotonic() - started:.0f} s")
+            if self.daemonsets:
+                self._run_daemonsets()
+        except BaseException:
+            self.cp.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cp.stop()
+
+    def _create_node(self, node: TraceNode) -> None:
+        assert self.api is not None
+        api = self.api
+        api.request("POST", "/api/v1/nodes", {"metadata": {"name": node.name}})
+        # TaintNodesByCondition adds node.kubernetes.io/not-ready on create; no
+        # lifecycle controller runs to lift it, so the taints are set to the pool's.
+        api.request(
+            "PATCH", f"/api/v1/nodes/{node.name}", {"spec": {"taints": [POOL_TAINT.as_dict()]}}
+        )
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        capacity = node_capacity(node)
+        cpu, memory = self._allocatable(node)
+        status: dict[str, Any] = {
+            "capacity": capacity,
+            "allocatable": {**capacity, "cpu": f"{cpu}m", "memory": f"{memory}Mi"},
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
+        }
+        if self.fleet == "realistic":
+            status["images"] = fleet.node_images(node.name, self.seed)
+        api.request("PATCH", f"/api/v1/nodes/{node.name}/status", {"status": status})
+
+    def _run_daemonsets(self, timeout: float = 900.0) -> None:
+        """Create the DaemonSets and wait until each node runs one pod of each.
+
+        The DaemonSet controller (kube-controller-manager, that controller alone) makes the
+        pods and a stock kube-scheduler binds them; both stop once every pod is bound, so
+        the runs measure the scheduler under test alone.
+        """
+        from tools.harness.controlplane import ManagedProcess, free_port, require_tool
+
+        assert self.api is not None
+        api, cp = self.api, self.cp
+        started = time.monotonic()
+        # No ServiceAccount controller runs: the pods' `default` accounts are made here.
+        for namespace in sorted({spec.namespace for spec in fleet.DAEMONSETS}):
+            if namespace == fleet.SYSTEM_NAMESPACE:
+                api.request(
+                    "POST",
+                    f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                    {"metadata": {"name": "default"}},
+                )
+            else:
+                cp.create_namespace(namespace)
+        for spec in fleet.DAEMONSETS:
+            api.request(
+                "POST",
+                f"/apis/apps/v1/namespaces/{spec.namespace}/daemonsets",
+                fleet.daemonset_object(spec),
+            )
+        kubeconfig = str(cp.kubeconfig_path)
+        manager = ManagedProcess(
+            "kube-controller-manager",
+            [
+                str(require_tool("kube-controller-manager")),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                "--leader-elect=false",
+                "--controllers=daemonset",
+                f"--kube-api-qps={CLIENT_QPS}",
+                f"--kube-api-burst={CLIENT_QPS}",
+            ],
+            cp.workdir / "kube-controller-manager.log",
+        )
+        manager.start()
+        _, config = scheduler_config("default", kubeconfig)
+        expected = len(self.nodes) * len(fleet.DAEMONSETS)
+        try:
+            with cp.start_scheduler(yaml.safe_dump(config), timeout=120) as scheduler:
+                while (bound := self._daemon_pods_bound()) < expected:
+                    self.log(f"DaemonSet pods: {bound}/{expected} bound")
+                    for what, process in (
+                        ("kube-controller-manager", manager),
+                        ("kube-scheduler", scheduler),
+                    ):
+                        if not process.running():
+                            raise RuntimeError(f"{what} exited\n{process.tail()}")
+                    if time.monotonic() - started > timeout:
+                        raise TimeoutError(f"{bound}/{expected} DaemonSet pods bound")
+                    time.sleep(5)
+        finally:
+            manager.stop()
+        self.log(f"{expected} DaemonSet pods bound in {time.monotonic() - started:.0f} s")
+
+    def _daemon_pods_bound(self) -> int:
+        assert self.api is not None
+        bound = 0
+        for namespace in sorted({spec.namespace for spec in fleet.DAEMONSETS}):
+            pods = self.api.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
+            bound += sum(1 for pod in pods if pod["spec"].get("nodeName"))
+        return bound
+
+    def _clear_pods(self) -> None:
+        assert self.api is not None
+        path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        for attempt in range(5):
+            try:
+                # A loaded API server can take longer than its default 60 s for 8,000 pods;
+                # the deletion goes on server-side, so asking again is safe.
+                self.api.request("DELETE", f"{path}?gracePeriodSeconds=0&timeout=300s")
+            except RuntimeError:
+                if attempt == 4:
+                    raise
+                continue
+            break
+        left = self.api.request("GET", f"{path}?limit=1")["items"]
+        if left:
+            raise RuntimeError(f"pods left after deleting them all: {left[0]['metadata']['name']}")
+
+    def run(
+        self,
+        profile: str,
+        pods: Sequence[TracePod],
+        *,
+        settings: SchedulerConfig | None = None,
+        score_all: bool = True,
+        timeout: float = 1800.0,
+    ) -> Metrics:
+        """Create the pods, start kube-scheduler with `profile` (`settings` for binpack), wait.
+
+        `score_all` as `scheduler_config` takes it.
+        """
+        assert self.api is not None
+        api, cp, log = self.api, self.cp, self.log
+        scheduler_name, config = scheduler_config(
+            profile, str(cp.kubeconfig_path), settings, score_all=score_all
+        )
+        started = time.monotonic()
+        self._clear_pods()
+        _parallel(
+            self.threads,
+            lambda item: api.request(
+                "POST",
+                f"/api/v1/namespaces/{NAMESPACE}/pods",
+                pod_object(item[0], item[1], scheduler_name, self._image(item[1])),
+            ),
+            list(enumerate(pods)),
+        )
+        log(
+            f"[{profile}] {len(pods)} pods created in "
+            f"{time.monotonic() - started:.0f} s; starting kube-scheduler"
+        )
+
+        index_of = {pod_name(i, p): i for i, p in enumerate(pods)}
+        placed: list[str | None] = [None] * len(pods)
+        messages = [""] * len(pods)
+        decided = [False] * len(pods)
+        seen_at: list[float] = []
+        remaining = [len(pods)]
+        failure: list[BaseException] = []
+        done = threading.Event()
+
+        def on_pod(obj: dict[str, Any]) -> bool:
+            index = index_of.get(obj["metadata"]["name"])
+            if index is None:
+                return False
+            is_decided, node, message = decision(obj)
+            if is_decided:
+                if not decided[index]:
+                    decided[index] = True
+                    remaining[0] -= 1
+                    seen_at.append(time.monotonic())
+                placed[index] = node or placed[index]
+                messages[index] = message or messages[index]
+            return remaining[0] == 0
+
+        def watch() -> None:
+            try:
+                follow(api, f"/api/v1/namespaces/{NAMESPACE}/pods", on_pod)
+            except BaseException as exc:
+                failure.append(exc)
+            finally:
+                done.set()
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        begin = time.monotonic()
+        with cp.start_scheduler(
+            yaml.safe_dump(config, sort_keys=False),
+            extra_flags=["--v=3", *SCHEDULER_FLAGS],
+            timeout=120,
+            binary=BINARIES.get(profile, "kube-scheduler"),
+        ) as scheduler:
+            while not done.wait(10):
+                log(f"[{profile}] {len(pods) - remaining[0]}/{len(pods)} decided")
+                if not scheduler.running():
+                    raise RuntimeError(f"kube-scheduler exited\n{scheduler.tail()}")
+                if time.monotonic() - begin > timeout:
+                    raise TimeoutError(f"{remaining[0]} pods undecided after {timeout:.0f} s")
+            wall = time.monotonic() - begin
+            scheduling = seen_at[-1] - seen_at[0] if len(seen_at) > 1 else None
+            if failure:
+                raise failure[0]
+            attempts = first_attempts(scheduler.log())
+            _, exposition = scheduler.get("/metrics", timeout=30)
+        log(f"[{profile}] every pod decided in {wall:.1f} s")
+        late = out_of_order_attempts(attempts) if len(attempts) == len(pods) else None
+        metrics = compute_metrics(profile, self.view, pods, placed, wall, late, messages)
+        percentage = config["profiles"][0].get("percentageOfNodesToScore")
+        return replace(
+            metrics,
+            percentage_of_nodes_to_score=percentage,
+            fleet=self.fleet,
+            scheduling_s=scheduling,
+            attempt_p99_s=attempt_quantile(exposition, 0.99),
+            attempt_mean_s=attempt_mean(exposition),
+            algorithm_p99_s=attempt_quantile(exposition, 0.99, ALGORITHM_METRIC),
+        )
+
+    def _image(self, pod: TracePod) -> str:
+        return TRACE_IMAGE if self.fleet == "bare" else fleet.pod_image(pod.name, self.seed)
+
+
+def replay(
+    profile: str,
+    nodes: Sequence[TraceNode],
+    pods: Sequence[TracePod],
+    *,
+    threads: int = 16,
+    timeout: float = 1800.0,
+    log: Callable[[str], None] = print,
+) -> Metrics:
+    """One run in a fresh control plane: create nodes and pods, start the scheduler, wait."""
+    with ReplayCluster(nodes, threads=threads, log=log) as cluster:
+        return cluster.run(profile, pods, timeout=timeout)
