@@ -55,7 +55,8 @@ def band(runs: Sequence[dict[str, np.ndarray]], x: str, y: str) -> tuple[np.ndar
 
 
 def draw(path: Path, out_dir: Path) -> list[Path]:
-    """Write one PNG per fleet in `out_dir`; returns their paths."""
+    """Write one PNG per fleet in `out_dir` (made if missing); returns their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
     curves = read_curves(path)
     fleets = sorted({fleet for fleet, _, _ in curves})
     written = []

@@ -444,8 +444,11 @@ def test_openb_curves_are_drawn_one_png_per_fleet(tmp_path: Path) -> None:
     ]
     curves = tmp_path / "r.curve.csv"
     write_curves(curves, runs)
-    written = draw(curves, tmp_path)
-    assert [p.name for p in written] == ["r_bare.png", "r_realistic.png"]
+    written = draw(curves, tmp_path / "figures")
+    assert [p.relative_to(tmp_path).as_posix() for p in written] == [
+        "figures/r_bare.png",
+        "figures/r_realistic.png",
+    ]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written)
 
 
