@@ -35,20 +35,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from bench import RESULTS
-from bench.openb_trace import add_trace_arguments, arrival_order, load_trace
+from bench.openb_trace import add_trace_arguments, arrival_order, comma_choices, load_trace
 from bench.replay_cluster import FLEETS, PROFILES, ReplayCluster
 from bench.replay_results import format_table, summary_table, write_csv, write_curves
 
 DEFAULT_CSV = RESULTS / "openb.csv"
-
-
-def _choices(
-    parser: argparse.ArgumentParser, flag: str, raw: str, allowed: Sequence[str]
-) -> list[str]:
-    chosen = [item.strip() for item in raw.split(",") if item.strip()]
-    if not chosen or any(item not in allowed for item in chosen):
-        parser.error(f"{flag} {raw!r}: expected some of {', '.join(allowed)}")
-    return chosen
 
 
 def _orders(parser: argparse.ArgumentParser, raw: str) -> list[int]:
@@ -77,8 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=16, help="parallel object creation")
     parser.add_argument("--repeat", type=int, default=1, help="runs per profile")
     args = parser.parse_args(argv)
-    profiles = _choices(parser, "--profiles", args.profiles, PROFILES)
-    fleets = _choices(parser, "--fleets", args.fleets, FLEETS)
+    profiles = comma_choices(parser, "--profiles", args.profiles, PROFILES)
+    fleets = comma_choices(parser, "--fleets", args.fleets, FLEETS)
     orders = _orders(parser, args.orders)
     for flag, value in (("--repeat", args.repeat), ("--threads", args.threads)):
         if value < 1:

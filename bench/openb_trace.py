@@ -166,3 +166,13 @@ def load_trace(
     except TraceError as exc:
         parser.error(str(exc))
     return nodes, pods
+
+
+def comma_choices(
+    parser: argparse.ArgumentParser, flag: str, raw: str, allowed: Sequence[str]
+) -> list[str]:
+    """The comma-separated items of `raw`; a usage error unless each is `allowed`."""
+    chosen = [item.strip() for item in raw.split(",") if item.strip()]
+    if not chosen or any(item not in allowed for item in chosen):
+        parser.error(f"{flag} {raw!r}: expected some of {', '.join(allowed)}")
+    return chosen

@@ -2,8 +2,9 @@
 
 The openb trace's node list is repeated until the cluster has the asked number of nodes
 (`scale-node-NNNNN`, each a copy of trace node i mod 1,213), with allocatable as kubelets
-report it (bench/fleet.py's realistic fleet, without its DaemonSet pods: at 15,000 nodes those
-would be 75,000 pods for the 2-core machine to bind before the measurement). The first
+report it (`--fleets realistic`, the default: bench/fleet.py's realistic fleet, without its
+DaemonSet pods: at 15,000 nodes those would be 75,000 pods for the 2-core machine to bind
+before the measurement) or the trace's capacity (`--fleets bare`). The first
 `--pods` pods of the trace are created pending, then one kube-scheduler per profile is started
 with the stack's own settings (kube-scheduler's adaptive percentageOfNodesToScore, as the stack
 leaves it) and drains them. The cluster never fills up, so every pod is scheduled.
@@ -20,6 +21,7 @@ Nodes are plain Node objects with a Ready condition: nothing here needs kwok's h
 pod status, and the scheduler sees the same objects either way.
 
     .venv/bin/python -m bench.scheduler_scale ../shared/traces/openb --nodes 1213,5000,15000
+    .venv/bin/python -m bench.scheduler_scale ../shared/traces/openb --fleets bare,realistic
 """
 
 from __future__ import annotations
@@ -35,15 +37,17 @@ from bench.openb_trace import (
     DEFAULT_NODES_FILE,
     DEFAULT_PODS_FILE,
     TraceNode,
+    comma_choices,
     read_nodes,
     read_pods,
 )
-from bench.replay_cluster import STACK_SETTINGS, ReplayCluster
+from bench.replay_cluster import FLEETS, STACK_SETTINGS, ReplayCluster
 from bench.replay_results import Metrics, milliseconds, write_rows
 
 PROFILES = ("default", "binpack", "fragmentation")
 DEFAULT_CSV = RESULTS / "scheduler_scale.csv"
 FIELDS = (
+    "fleet",
     "nodes",
     "profile",
     "pods",
@@ -67,6 +71,7 @@ def throughput(m: Metrics) -> float:
 
 def row(m: Metrics) -> dict[str, str]:
     return {
+        "fleet": m.fleet,
         "nodes": str(m.nodes),
         "profile": m.profile,
         "pods": str(m.pods),
@@ -79,18 +84,19 @@ def row(m: Metrics) -> dict[str, str]:
 
 
 def format_table(results: Sequence[Metrics]) -> str:
-    """Markdown, one row per (nodes, profile); fragmentation's throughput against binpack's."""
-    binpack = {m.nodes: throughput(m) for m in results if m.profile == "binpack"}
+    """Markdown, one row per (fleet, nodes, profile); each throughput against binpack's."""
+    binpack = {(m.fleet, m.nodes): throughput(m) for m in results if m.profile == "binpack"}
     lines = [
-        "| nodes | profile | pods | pods/s | vs binpack | attempt p99 ms | attempt mean ms "
-        "| algorithm p99 ms |",
-        "|---|---|---|---|---|---|---|---|",
+        "| fleet | nodes | profile | pods | pods/s | vs binpack | attempt p99 ms "
+        "| attempt mean ms | algorithm p99 ms |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for m in results:
         r = row(m)
-        ratio = f"{throughput(m) / binpack[m.nodes]:.2f}x" if m.nodes in binpack else ""
+        base = binpack.get((m.fleet, m.nodes))
+        ratio = f"{throughput(m) / base:.2f}x" if base else ""
         lines.append(
-            f"| {m.nodes:,} | {m.profile} | {m.pods:,} | {r['pods_per_s']} | {ratio} "
+            f"| {m.fleet} | {m.nodes:,} | {m.profile} | {m.pods:,} | {r['pods_per_s']} | {ratio} "
             f"| {r['p99_ms']} | {r['mean_ms']} | {r['algorithm_p99_ms']} |"
         )
     return "\n".join(lines)
@@ -102,6 +108,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nodes", default="1213,5000,15000", help="comma-separated node counts")
     parser.add_argument("--pods", type=int, default=4000, help="the trace's first N pods")
     parser.add_argument("--profiles", default=",".join(PROFILES), help="comma-separated")
+    parser.add_argument(
+        "--fleets",
+        default="realistic",
+        help=f"comma-separated: {','.join(FLEETS)} (allocatable as in bench/fleet.py or bare)",
+    )
     parser.add_argument("--csv", type=Path, default=DEFAULT_CSV, help="CSV to write")
     parser.add_argument("--threads", type=int, default=16, help="parallel object creation")
     args = parser.parse_args(argv)
@@ -111,19 +122,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         counts = []
     if not counts or min(counts) < 1:
         parser.error(f"--nodes {args.nodes!r}: expected comma-separated integers >= 1")
-    profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
-    if not profiles or any(p not in PROFILES for p in profiles):
-        parser.error(f"--profiles {args.profiles!r}: expected some of {', '.join(PROFILES)}")
+    profiles = comma_choices(parser, "--profiles", args.profiles, PROFILES)
+    fleets = comma_choices(parser, "--fleets", args.fleets, FLEETS)
     if args.pods < 1:
         parser.error(f"--pods {args.pods}: expected an integer >= 1")
     trace_nodes = read_nodes(args.trace / DEFAULT_NODES_FILE)
     pods = read_pods(args.trace / DEFAULT_PODS_FILE)[: args.pods]
     results: list[Metrics] = []
-    for count in counts:
+    for kind, count in ((kind, count) for kind in fleets for count in counts):
         nodes = fleet_of(trace_nodes, count)
-        with ReplayCluster(
-            nodes, fleet="realistic", daemonsets=False, threads=args.threads
-        ) as cluster:
+        with ReplayCluster(nodes, fleet=kind, daemonsets=False, threads=args.threads) as cluster:
             for profile in profiles:
                 settings = STACK_SETTINGS[profile]() if profile in STACK_SETTINGS else None
                 results.append(cluster.run(profile, pods, settings=settings, score_all=False))
