@@ -24,6 +24,7 @@ from bench import fleet
 from bench.openb_trace import TraceNode, TracePod
 from bench.replay_results import (
     ALGORITHM_METRIC,
+    GPU,
     Metrics,
     attempt_mean,
     attempt_quantile,
@@ -31,11 +32,9 @@ from bench.replay_results import (
 )
 from components.binpack_scheduler_manifests import render_config
 from components.binpack_scheduler_settings import FRAGMENTATION
-from components.gpu_resources import WHOLE_GPU
 from components.tainted_gpu_pool import Taint
 from stack_config import SchedulerConfig
 
-GPU = WHOLE_GPU
 NODE_PODS = 110
 NAMESPACE = "openb"
 FLEETS = ("bare", "realistic")

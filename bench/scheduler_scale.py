@@ -27,6 +27,7 @@ pod status, and the scheduler sees the same objects either way.
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -129,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     trace_nodes = read_nodes(args.trace / DEFAULT_NODES_FILE)
     pods = read_pods(args.trace / DEFAULT_PODS_FILE)[: args.pods]
     results: list[Metrics] = []
-    for kind, count in ((kind, count) for kind in fleets for count in counts):
+    for kind, count in itertools.product(fleets, counts):
         nodes = fleet_of(trace_nodes, count)
         with ReplayCluster(nodes, fleet=kind, daemonsets=False, threads=args.threads) as cluster:
             for profile in profiles:
