@@ -16,14 +16,13 @@ then allocation at the first fragmentation rejection), and writes a CSV.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench import RESULTS
+from bench import RESULTS, write_rows
 from bench.openb_trace import add_trace_arguments, load_trace
 from bench.replay_cluster import BENCH_IMAGE, ReplayCluster
 from bench.replay_results import CSV_FIELDS, Metrics, csv_row
@@ -183,24 +182,15 @@ def format_table(
 
 
 def write_csv(path: Path, rows: Sequence[tuple[Metrics, Mapping[str, Any] | None]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     front = pareto([m for m, _ in rows])
     fields = ["point", "weights", "shape", "balanced", "pareto", *CSV_FIELDS]
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")
-        writer.writeheader()
-        for (m, scheduler), on_front in zip(rows, front, strict=True):
-            k = knobs(scheduler)
-            writer.writerow(
-                {
-                    "point": m.profile,
-                    "weights": k["weights"],
-                    "shape": k["shape"],
-                    "balanced": k["balanced"],
-                    "pareto": str(on_front).lower(),
-                    **csv_row(m),
-                }
-            )
+
+    def row(m: Metrics, scheduler: Mapping[str, Any] | None, on_front: bool) -> dict[str, str]:
+        k = knobs(scheduler)
+        cells = {"weights": k["weights"], "shape": k["shape"], "balanced": k["balanced"]}
+        return {"point": m.profile, **cells, "pareto": str(on_front).lower(), **csv_row(m)}
+
+    write_rows(path, fields, (row(m, s, f) for (m, s), f in zip(rows, front, strict=True)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench import write_rows
 from bench.openb_trace import (
     DEFAULT_NODES_FILE,
     DEFAULT_PODS_FILE,
@@ -97,10 +98,7 @@ def derive(
         rows = more_multi_gpu(list(reader), multi_gpu_share, seed)
         rows = [scale_row(row, cpu_scale, memory_scale, nodes) for row in rows]
     out = target / DEFAULT_PODS_FILE
-    with out.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(out, fields, rows)
     return out
 
 

@@ -51,7 +51,6 @@ here; each row records the load average), so compare the ratios.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import re
@@ -60,7 +59,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -69,6 +68,7 @@ from kubernetes import dynamic
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 from pulumi import automation as auto
 
+from bench import write_rows
 from components.cluster_access import HELM_RELEASE
 from tools.harness.charts import VALUES_KEY
 from tools.harness.cluster import LocalCluster
@@ -944,11 +944,7 @@ def format_timelines(timelines: Mapping[str, Timeline], every_step: bool = False
 
 
 def write_csv(path: Path, rows: Sequence[Row]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as out:
-        writer = csv.DictWriter(out, fieldnames=list(asdict(rows[0])))
-        writer.writeheader()
-        writer.writerows(asdict(row) for row in rows)
+    write_rows(path, [f.name for f in fields(Row)], (asdict(row) for row in rows))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

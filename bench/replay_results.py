@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import write_rows
 from bench.openb_trace import TraceNode, TracePod, fitting
 from components.gpu_resources import WHOLE_GPU
 
@@ -290,15 +291,6 @@ def csv_row(m: Metrics) -> dict[str, str]:
         "algorithm_p99_ms": milliseconds(m.algorithm_p99_s),
     }
     return row
-
-
-def write_rows(path: Path, fields: Sequence[str], rows: Iterable[Mapping[str, str]]) -> None:
-    """A CSV file with `fields` as its header, one line per row."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def write_csv(path: Path, results: Sequence[Metrics]) -> None:

@@ -26,7 +26,6 @@ depend on the machine; the ratio to the floor is what to compare.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import subprocess
@@ -35,14 +34,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, cast
 
 import pulumi
 from kubernetes import client
 
-from bench import RESULTS
+from bench import RESULTS, write_rows
 from components import (
     ClusterAccess,
     ExtendedResourceNodes,
@@ -295,11 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _write_csv(path: Path, rows: Sequence[Row]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as out:
-        writer = csv.DictWriter(out, fieldnames=list(asdict(rows[0])))
-        writer.writeheader()
-        writer.writerows(asdict(r) for r in rows)
+    write_rows(path, [f.name for f in fields(Row)], (asdict(r) for r in rows))
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from bench import RESULTS
+from bench import RESULTS, write_rows
 from bench.openb_trace import (
     DEFAULT_NODES_FILE,
     DEFAULT_PODS_FILE,
@@ -43,7 +43,7 @@ from bench.openb_trace import (
     read_pods,
 )
 from bench.replay_cluster import FLEETS, STACK_SETTINGS, ReplayCluster
-from bench.replay_results import Metrics, milliseconds, write_rows
+from bench.replay_results import Metrics, milliseconds
 
 PROFILES = ("default", "binpack", "fragmentation")
 DEFAULT_CSV = RESULTS / "scheduler_scale.csv"
