@@ -1,4 +1,5 @@
-"""bench/local_stack.py: the floor taken from a state, node writes, readiness, goals.
+"""bench/local_stack.py and bench/floor.py: the floor taken from a state, node writes,
+readiness, goals.
 
 The bench itself needs the built tools and a local cluster; it is run by hand
 (bench/README.md), not here.
@@ -11,27 +12,29 @@ from typing import Any
 
 import pytest
 
-from bench.local_stack import (
-    EMPTY_UP,
-    FLOOR_UP,
-    HELM_RELEASE,
-    NOOP_UP,
+from bench.floor import (
     SECRET_SIGNATURE,
-    UP,
     Rendered,
-    Row,
-    add_ratios,
-    cold_builds,
     crd_established,
     deployment_available,
-    failure_reason,
     floor_units,
     has_ready_endpoint,
     node_writes,
     reveal,
-    verdicts,
     waits_for_endpoints,
 )
+from bench.local_stack import (
+    EMPTY_UP,
+    FLOOR_UP,
+    NOOP_UP,
+    UP,
+    Row,
+    add_ratios,
+    cold_builds,
+    failure_reason,
+    verdicts,
+)
+from components.cluster_access import HELM_RELEASE
 
 STACK = "urn:pulumi:local::gpu-cluster::pulumi:pulumi:Stack::gpu-cluster-local"
 
