@@ -19,11 +19,14 @@ The change is made where kubeadm keeps it, then kubeadm applies it:
 Everything is one chain over SSH with pinned host keys. `pulumi destroy` walks it backwards:
 kubelet patches out, the ClusterConfiguration back to what it was, then every control-plane
 host regenerated from it (the `-guard-` commands run first on `up` and last on destroy).
+
+The record on the ConfigMap and the directory on each host are keyed by the stack's id
+(node_api.stack_identity), which `pulumi stack rename` keeps; what an earlier version keyed by
+the stack's name is adopted by the next `up` (the name comes from KubeadmConfig's state).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -38,12 +41,13 @@ from components.control_plane_commands import (
     stack_directory,
 )
 from components.providers.kubeadm_config import KubeadmConfig
+from components.providers.node_api import stack_identity, stack_label
 from components.settings import PROJECT
 
 TOKEN = f"{PROJECT}:index:ControlPlaneFeatures"
 
 DEFAULT_STATE_DIR = f"/etc/kubernetes/{PROJECT}"
-"""Where hosts keep each stack's kubelet patches and record (a directory per stack)."""
+"""Where hosts keep each stack's kubelet patches and record (a directory per stack id)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,8 +86,6 @@ class ControlPlaneFeaturesArgs:
     """SSH login shared by every host."""
     control_plane_hosts: Sequence[RemoteHost]
     """kubeadm control-plane hosts, regenerated one at a time in this order."""
-    stack: str
-    """Names this stack's record on the ConfigMap and its directory on the hosts."""
     kubelet_hosts: Sequence[RemoteHost] = ()
     """Hosts whose kubelet gets the feature gates (a kubeadm patch each), after the control plane."""
     admission_plugins: Sequence[str] = ()
@@ -91,8 +93,9 @@ class ControlPlaneFeaturesArgs:
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
     """Feature gates for the API server, controller manager, scheduler and the kubelets."""
     state_dir: str = DEFAULT_STATE_DIR
-    """Directory on the hosts holding a subdirectory per stack (kubelet patches, record).
-    Stacks sharing hosts share it: a kubelet gets every stack's patch found there."""
+    """Directory on the hosts holding a subdirectory per stack, named by its id (kubelet
+    patches, record). Stacks sharing hosts share it: a kubelet gets every stack's patch found
+    there."""
     ready_timeout_seconds: int = 300
     """How long a restarted kubelet may take to be healthy before its old config is restored."""
 
@@ -110,10 +113,6 @@ class ControlPlaneFeaturesArgs:
             keyless = [h.name for h in hosts if not h.host_key.strip()]
             if keyless:
                 raise ValueError(f"{key}: {keyless} have no host_key; every host key is pinned")
-        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", self.stack):
-            raise ValueError(
-                f"stack: got {self.stack!r}; expected a stack name (letters, digits, '_', '.', '-')"
-            )
         if not self.state_dir.startswith("/"):
             raise ValueError(f"state_dir: got {self.state_dir!r}; expected an absolute path")
         if self.ready_timeout_seconds < 1:
@@ -148,32 +147,42 @@ class ControlPlaneFeatures(pulumi.ComponentResource):
         # One host at a time: each step waits for the previous (the first for the claim).
         self._chain: list[pulumi.Resource] = []
         self._first = args.access.after(opts)
-        stack_dir = stack_directory(args.state_dir, args.stack)
+        # Keyed by the stack's id, which a renamed stack keeps (a name would leave the old
+        # patch on every host and the old record on the ConfigMap).
+        stack = stack_identity()
         plugins = list(args.admission_plugins)
 
         # Created first and deleted last: on `up` they refuse hand-edited manifests before the
         # ConfigMap changes; on destroy they regenerate each host once the ConfigMap is back.
+        guard = stack.apply(lambda s: guard_commands(stack_directory(args.state_dir, s)))
         for host in args.control_plane_hosts:
-            self._command("guard", host, *guard_commands(stack_dir))
+            self._command("guard", host, guard[0], guard[1])
 
         config = KubeadmConfig(
             f"{name}-kubeadm-config",
-            stack=args.stack,
+            stack=stack,
+            label=stack_label(),
             admission_plugins=plugins,
             feature_gates=dict(args.feature_gates),
             opts=pulumi.ResourceOptions(parent=self, depends_on=self._previous()),
         )
         self._chain.append(config)
+        # The host side of the same record: the id's directory, and the former names
+        # KubeadmConfig found in its state, whose directories each command adopts first.
+        stack_dir = config.stack.apply(lambda s: stack_directory(args.state_dir, s))
+        former = config.former.apply(lambda f: list(f or ()))
 
-        regenerate = pulumi.Output.all(config.gates, config.added).apply(
-            lambda v: control_plane_command(stack_dir, plugins, v[0] or {}, v[1] or {})
+        regenerate = pulumi.Output.all(stack_dir, config.gates, config.added, former).apply(
+            lambda v: control_plane_command(v[0], plugins, v[1] or {}, v[2] or {}, v[3])
         )
         for host in args.control_plane_hosts:
             self._command("control-plane", host, regenerate)
 
         def kubelet(action: str) -> pulumi.Output[str]:
-            return config.gates.apply(
-                lambda g: kubelet_command(action, stack_dir, args.ready_timeout_seconds, g or {})
+            return pulumi.Output.all(stack_dir, config.gates, former).apply(
+                lambda v: kubelet_command(
+                    action, v[0], args.ready_timeout_seconds, v[1] or {}, v[2]
+                )
             )
 
         for host in args.kubelet_hosts if args.feature_gates else ():

@@ -76,6 +76,24 @@ def test_stack_directory_is_one_per_stack(state_dir: str, stack: str, directory:
     assert stack_directory(state_dir, stack) == directory
 
 
+@pytest.mark.parametrize("stack", ["../etc", "a/b", "", ".hidden"])
+def test_stack_directory_refuses_a_key_that_is_not_one_directory_name(stack: str) -> None:
+    with pytest.raises(ValueError, match=r"stack key: got .*; expected a stack id or name"):
+        stack_directory("/etc/kubernetes/gpu-cluster", stack)
+
+
+def test_commands_name_the_former_directories_only_when_there_are_some() -> None:
+    plain = control_plane_command("/s/id", ["P"], {}, {})
+    assert "FORMER" not in _call(plain)[0]
+    assert "FORMER" not in _call(kubelet_command("kubelet", "/s/id", 300, {"A": True}))[0]
+    variables, _ = _call(control_plane_command("/s/id", ["P"], {}, {}, ["dev", "a.b", "dev"]))
+    assert variables["FORMER"] == "a.b dev"
+    variables, _ = _call(kubelet_command("kubelet-remove", "/s/id", 300, {}, ["dev"]))
+    assert variables["FORMER"] == "dev"
+    with pytest.raises(ValueError, match=r"stack key: got '\.\./x'"):
+        kubelet_command("kubelet", "/s/id", 300, {}, ["../x"])
+
+
 def test_guard_checks_on_create_and_regenerates_on_delete() -> None:
     create, delete = guard_commands("/s/dev")
     assert _call(create) == ({"STACK_DIR": "/s/dev"}, "check")

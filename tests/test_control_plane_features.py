@@ -30,6 +30,8 @@ COMMAND = "command:remote:Command"
 KUBEADM_CONFIG = "pulumi-python:dynamic/gpu-cluster:KubeadmConfig"
 KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA-test-only\n-----END OPENSSH PRIVATE KEY-----\n"
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEq4MWWZYkl1AwbDTXxi4kpYJ5bbhKzzvLyFun5BnLK0"
+STACK_ID = "stack-identity-id"
+"""The stack's id under the mocks (tests/conftest.py: the StackIdentity resource's id)."""
 
 captured: dict[str, Any] = {}
 
@@ -47,7 +49,6 @@ def _make_features(**overrides: Any) -> Recording:
             "ssh": SshAccess(user="ops", private_key=pulumi.Output.secret(KEY)),
             "control_plane_hosts": [_host("cp-1", 11), _host("cp-2", 12), _host("cp-3", 13)],
             "kubelet_hosts": [_host("gpu-1", 21), _host("gpu-2", 22)],
-            "stack": "dev",
             "admission_plugins": ["ExtendedResourceToleration"],
             "feature_gates": {"CPUManagerPolicyBetaOptions": True},
             **overrides,
@@ -134,10 +135,14 @@ def test_control_plane_features_private_key_is_secret_and_host_key_pinned_everyw
 
 
 def test_control_plane_features_configmap_edit_gets_the_stack_and_no_credentials() -> None:
-    (config,) = _make_features().of_type(KUBEADM_CONFIG)
+    recording = _make_features()
+    (config,) = recording.of_type(KUBEADM_CONFIG)
     # The provider reads the run's credentials from the stack config, never from its inputs.
     assert not {"kubeconfig", "context"} & set(config.inputs)
-    assert config.inputs["stack"] == "dev"
+    # Keyed by the stack's id (kept by `pulumi stack rename`), its name beside it for a reader.
+    assert config.inputs["stack"] == STACK_ID
+    assert config.inputs["label"].endswith("/gpu-cluster/dev")  # organization/project/stack
+    assert config.urn in recording.named("cpf-kubelet-gpu-1").dependencies
     assert config.inputs["admission_plugins"] == ["ExtendedResourceToleration"]
     assert config.inputs["feature_gates"] == {"CPUManagerPolicyBetaOptions": True}
 
@@ -179,7 +184,6 @@ def test_control_plane_features_rejects_a_host_listed_twice() -> None:
             access=None,  # type: ignore[arg-type]
             ssh=SshAccess(user="ops"),
             control_plane_hosts=[_host("cp-1", 11), _host("cp-1", 11)],
-            stack="dev",
         )
 
 
@@ -190,17 +194,6 @@ def test_control_plane_features_rejects_a_host_without_a_pinned_key() -> None:
             ssh=SshAccess(user="ops"),
             control_plane_hosts=[_host("cp-1", 11)],
             kubelet_hosts=[RemoteHost(name="gpu-1", address="10.0.0.21", host_key="")],
-            stack="dev",
-        )
-
-
-def test_control_plane_features_rejects_a_stack_name_that_is_not_a_directory_name() -> None:
-    with pytest.raises(ValueError, match=r"stack: got '\.\./etc'; expected a stack name"):
-        ControlPlaneFeaturesArgs(
-            access=None,  # type: ignore[arg-type]
-            ssh=SshAccess(user="ops"),
-            control_plane_hosts=[_host("cp-1", 11)],
-            stack="../etc",
         )
 
 
@@ -229,7 +222,7 @@ def test_control_plane_features_key_from_config_never_reaches_plain_outputs(
     assert all("connection" in c.secret_inputs for c in commands)
     assert {_connection(c)["host"] for c in commands} == {"172.20.0.11"}
     assert {_connection(c)["hostKey"] for c in commands} == {host_key}
-    assert recording.named("control-plane-kubeadm-config").inputs["stack"] == "prod"
+    assert recording.named("control-plane-kubeadm-config").inputs["stack"] == STACK_ID
     assert recording.outputs["controlPlaneHosts"] == ["cp-1.prod.internal"]
     assert "PRIVATE KEY" not in json.dumps(recording.outputs, default=str)
 
@@ -314,7 +307,7 @@ def test_control_plane_features_host_regenerates_with_kubeadm_and_records_its_it
     assert "--feature-gates=CPUManagerPolicyBetaOptions=true" in (
         (host.manifests / "kube-apiserver.yaml").read_text()
     )
-    recorded = (host.state / "dev" / "control-plane-items").read_text().split()
+    recorded = (host.state / STACK_ID / "control-plane-items").read_text().split()
     assert recorded == ["CPUManagerPolicyBetaOptions", "ExtendedResourceToleration"]
 
 
@@ -341,7 +334,7 @@ def test_control_plane_features_host_destroy_regenerates_without_the_stacks_item
     text = (host.manifests / "kube-apiserver.yaml").read_text()
     assert "ExtendedResourceToleration" not in text
     assert "feature-gates" not in text
-    assert not (host.state / "dev").exists()
+    assert not (host.state / STACK_ID).exists()
 
 
 def test_control_plane_features_host_replaced_guard_keeps_the_record_while_kubeadm_renders_it(
@@ -357,7 +350,7 @@ def test_control_plane_features_host_replaced_guard_keeps_the_record_while_kubea
     # A guard replaced (new host key, say) runs its delete while the ConfigMap is unchanged.
     replaced = host.run(commands["cpf-guard-cp-1"].inputs["delete"])
     assert replaced.returncode == 0, replaced.stderr
-    record = host.state / "dev" / "control-plane-items"
+    record = host.state / STACK_ID / "control-plane-items"
     assert "ExtendedResourceToleration" in record.read_text().split()
     # So the real destroy later still knows the plugin was the stack's, not a hand edit.
     host.set_manifests(
@@ -378,7 +371,7 @@ def test_control_plane_features_host_kubelet_without_gates_to_set_writes_no_patc
     assert empty != command
     result = host.run(empty)
     assert result.returncode == 0, result.stderr
-    assert not (host.state / "dev").exists()
+    assert not (host.state / STACK_ID).exists()
     # kubeadm's dry run finds the kubelet as it would leave it: no phase, no restart.
     assert host.kubeadm_calls() == ["kubeadm upgrade node phase kubelet-config --dry-run"]
     assert "systemctl" not in host.calls.read_text()
@@ -400,7 +393,7 @@ def test_control_plane_features_host_kubelet_patch_per_node_and_removal(tmp_path
     kubelet = registered_commands(host)["cpf-kubelet-gpu-1"].inputs
     result = host.run(kubelet["create"])
     assert result.returncode == 0, result.stderr
-    patches = host.state / "dev" / "patches"
+    patches = host.state / STACK_ID / "patches"
     assert (patches / "kubeletconfiguration+strategic.yaml").read_text() == (
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
         "featureGates:\n  CPUManagerPolicyBetaOptions: true\n"
@@ -417,7 +410,7 @@ def test_control_plane_features_host_kubelet_patch_per_node_and_removal(tmp_path
 
     removed = host.run(kubelet["delete"])
     assert removed.returncode == 0, removed.stderr
-    assert not (host.state / "dev").exists()
+    assert not (host.state / STACK_ID).exists()
     assert host.kubeadm_calls()[-1] == "kubeadm upgrade node phase kubelet-config"
     assert host.kubelet_config.read_text() == kubelet_config()
     assert [p.name for p in host.state.iterdir()] == []  # no work directory left behind
@@ -450,7 +443,7 @@ def test_control_plane_features_host_unhealthy_kubelet_gets_its_old_config_back(
     assert host.kubelet_config.read_text() == before
     assert host.calls.read_text().count("systemctl restart kubelet") == 2
     # The host says what the kubelet runs with: no patch of this stack.
-    assert not (host.state / "dev").exists()
+    assert not (host.state / STACK_ID).exists()
 
 
 def test_control_plane_features_host_kubelet_rerun_after_a_rollback_fails_again(
@@ -497,7 +490,7 @@ def test_control_plane_features_host_kubelet_failed_removal_is_done_by_the_next_
     removed = host.run(kubelet["delete"])
     assert removed.returncode == 0, removed.stderr
     assert "featureGates" not in host.kubelet_settings()
-    assert not (host.state / "dev").exists()
+    assert not (host.state / STACK_ID).exists()
 
 
 def test_control_plane_features_host_kubelet_removal_takes_the_gates_out_without_the_patch(
@@ -539,7 +532,7 @@ def test_control_plane_features_host_kubelet_refuses_node_settings_kubeadm_would
     assert "--dry-run" in host.kubeadm_calls()[0]
     assert "systemctl" not in host.calls.read_text()
     assert host.kubelet_config.read_text() == before
-    assert not (host.state / "dev").exists()
+    assert not (host.state / STACK_ID).exists()
 
 
 def test_control_plane_features_host_kubelet_names_a_setting_kubeadm_would_change(
@@ -611,11 +604,12 @@ def test_control_plane_features_host_kubelet_refuses_a_gate_another_stack_sets_o
     assert result.returncode == 1
     assert (
         "refusing: the stacks on this host want different values for kubelet feature gates:\n"
-        "  CPUManagerPolicyBetaOptions: true (stack dev), false (stack prod)" in result.stderr
+        f"  CPUManagerPolicyBetaOptions: false (stack prod), true (stack {STACK_ID})"
+        in result.stderr
     )
     assert host.kubeadm_calls() == []
     assert host.kubelet_config.read_text() == before
-    assert not (host.state / "dev").exists()
+    assert not (host.state / STACK_ID).exists()
 
 
 def test_control_plane_features_a_renamed_host_keeps_its_commands_through_aliases(

@@ -223,6 +223,67 @@ def test_extended_resource_node_set_up_refuses_to_overwrite_a_count_set_since() 
     assert _status(api, "w-1")[DONGLE] == "8" and _status(api, "w-2")[DONGLE] == "4"
 
 
+def test_extended_resource_node_set_up_puts_back_a_count_the_kubelet_reset_to_zero() -> None:
+    """A reimaged host re-registers under its Node: the kubelet sets every extended resource to
+    0 in capacity and allocatable, keeping the Node's annotations. That is no one's edit: the
+    next `up` advertises the stack's count again, with the record it had; an admin's count on
+    another node in the same run stays refused."""
+    api = FakeNodeApi(
+        {"w-1": {"status": {"capacity": {DONGLE: "1"}, "allocatable": {}}}, "w-2": {}}
+    )
+    provider = _make_provider(api)
+    wanted = _props({"w-1": {DONGLE: 4}, "w-2": {DONGLE: 4}})
+    outs = _outs(provider.create(wanted))
+    records = _ownership(api, "w-1")
+    _set_count(api, "w-1", DONGLE, "0")
+    _set_count(api, "w-2", DONGLE, "8")
+
+    refreshed = _outs(provider.read("id", outs))
+    assert refreshed["applied"]["w-1"]["live"] == {DONGLE: 0}
+    outs = _outs(provider.update("id", refreshed, wanted))
+
+    assert list(outs["failed"]) == ["w-2"] and "the node has '8'" in outs["failed"]["w-2"]
+    assert _status(api, "w-1")[DONGLE] == _status(api, "w-1", "allocatable")[DONGLE] == "4"
+    assert _ownership(api, "w-1") == records  # what was advertised before is still known
+    provider.delete("id", outs)
+    assert _status(api, "w-1")[DONGLE] == "1"
+
+
+def test_extended_resource_node_set_a_zero_in_capacity_alone_is_an_edit_and_refused() -> None:
+    """The kubelet resets capacity and allocatable together; 0 in capacity beside the stack's
+    count in allocatable was written by someone else."""
+    api = FakeNodeApi({"w-1": {}})
+    provider = _make_provider(api)
+    wanted = _props({"w-1": {DONGLE: 4}})
+    outs = _outs(provider.create(wanted))
+    api.edit("w-1", lambda node: node["status"]["capacity"].update({DONGLE: "0"}))
+
+    outs = _outs(provider.update("id", _outs(provider.read("id", outs)), wanted))
+
+    assert "the stack set '4', the node has '0'" in outs["failed"]["w-1"]
+    assert _status(api, "w-1")[DONGLE] == "0"
+
+
+def test_extended_resource_node_set_destroy_after_the_kubelet_reset_leaves_no_resource_behind() -> (
+    None
+):
+    """Destroy after the kubelet's reset: a resource the stack brought goes (its 0 is the
+    stack's count, reset); a count that was there before is not advertised again."""
+    api = FakeNodeApi(
+        {"w-1": {}, "w-2": {"status": {"capacity": {DONGLE: "1"}, "allocatable": {}}}}
+    )
+    provider = _make_provider(api)
+    outs = _outs(provider.create(_props({"w-1": {DONGLE: 4}, "w-2": {DONGLE: 4}})))
+    for node in ("w-1", "w-2"):
+        _set_count(api, node, DONGLE, "0")
+
+    provider.delete("id", outs)
+
+    assert DONGLE not in _status(api, "w-1") and DONGLE not in _status(api, "w-1", "allocatable")
+    assert _status(api, "w-2")[DONGLE] == _status(api, "w-2", "allocatable")[DONGLE] == "0"
+    assert _ownership(api, "w-1") == _ownership(api, "w-2") == {}
+
+
 def test_extended_resource_node_set_a_failed_node_taken_out_of_the_layer_is_forgotten() -> None:
     api = FakeNodeApi({"w-1": {}})
     provider = _make_provider(api)

@@ -14,12 +14,14 @@ from typing import Any
 
 import pytest
 import yaml
+from pulumi.output import Unknown
 
 from components.providers.kubeadm_config import (
     KubeadmConfigProvider,
     annotation_key,
     check_gates,
     feature_stages,
+    label_key,
 )
 from components.providers.node_api import Conflict, NodeApiError
 from tests.fake_node_api import configured
@@ -131,9 +133,20 @@ def _create(provider: KubeadmConfigProvider, props: dict[str, Any]) -> dict[str,
     return outs
 
 
+STACK_ID = "0b7c3e9a41d24f0e8a6f3d2c1b0a9e8f"
+"""The stack's id, as node_api.stack_identity mints it."""
+LABEL = "organization/gpu-cluster/dev"
+
+
+def _stack(name: str) -> dict[str, str]:
+    """The `stack` and `label` inputs of stack `name` (its id: `id-<name>`)."""
+    return {"stack": f"id-{name}", "label": f"organization/gpu-cluster/{name}"}
+
+
 def _props(**overrides: Any) -> dict[str, Any]:
     return {
-        "stack": "dev",
+        "stack": STACK_ID,
+        "label": LABEL,
         "admission_plugins": ["ExtendedResourceToleration"],
         "feature_gates": {"CPUManagerPolicyBetaOptions": True},
         "gates": {"CPUManagerPolicyBetaOptions": True},
@@ -155,15 +168,18 @@ def test_kubeadm_config_adds_plugins_to_the_api_server_and_gates_to_three_compon
     assert api.document()["networking"] == {"podSubnet": "10.244.0.0/16"}
 
 
-def test_kubeadm_config_records_what_it_added_in_an_annotation_named_by_the_stack() -> None:
+def test_kubeadm_config_records_what_it_added_under_the_stack_id_with_its_label() -> None:
     api = FakeConfigMapApi(V1BETA4)
     outs = _create(_provider(api), _props())
-    record = json.loads(api.cm["metadata"]["annotations"]["kubeadm-config.gpu-cluster.io/dev"])
+    annotations = api.cm["metadata"]["annotations"]
+    record = json.loads(annotations[f"kubeadm-config.gpu-cluster.io/{STACK_ID}"])
     assert record == outs["added"]
     assert record["apiServer"] == {
         "enable-admission-plugins": {"ExtendedResourceToleration": None},
         "feature-gates": {"CPUManagerPolicyBetaOptions": None},
     }
+    assert annotations[f"stack.kubeadm-config.gpu-cluster.io/{STACK_ID}"] == LABEL
+    assert len(annotations) == 2
 
 
 def test_kubeadm_config_delete_restores_the_document_exactly() -> None:
@@ -172,7 +188,7 @@ def test_kubeadm_config_delete_restores_the_document_exactly() -> None:
     outs = _create(provider, _props())
     provider.delete("id", outs)
     assert api.document() == yaml.safe_load(V1BETA4)
-    assert annotation_key("dev") not in api.cm["metadata"].get("annotations", {})
+    assert not api.cm["metadata"].get("annotations")
 
 
 def test_kubeadm_config_delete_puts_back_a_gate_value_that_was_there_before() -> None:
@@ -355,8 +371,8 @@ def test_kubeadm_config_unconfigured_provider_refuses_to_guess_a_cluster() -> No
 def test_kubeadm_config_an_item_two_stacks_want_stays_until_neither_wants_it() -> None:
     api = FakeConfigMapApi(V1BETA4)
     provider = _provider(api)
-    first = _create(provider, _props(stack="a"))
-    second = _create(provider, _props(stack="b"))
+    first = _create(provider, _props(**_stack("a")))
+    second = _create(provider, _props(**_stack("b")))
     assert second["added"]["apiServer"]["enable-admission-plugins"] == {
         "ExtendedResourceToleration": None
     }
@@ -375,8 +391,8 @@ def test_kubeadm_config_an_item_two_stacks_want_stays_until_neither_wants_it() -
 def test_kubeadm_config_a_section_the_first_stack_created_goes_with_the_last_stack() -> None:
     api = FakeConfigMapApi(V1BETA3)  # no controllerManager and scheduler sections before
     provider = _provider(api)
-    first = _create(provider, _props(stack="a"))
-    second = _create(provider, _props(stack="b"))
+    first = _create(provider, _props(**_stack("a")))
+    second = _create(provider, _props(**_stack("b")))
     provider.delete("id", first)
     assert api.args("scheduler") == {"feature-gates": "CPUManagerPolicyBetaOptions=true"}
     provider.delete("id", second)
@@ -388,8 +404,8 @@ def test_kubeadm_config_shared_gate_gets_its_old_value_back_when_the_last_stack_
     provider = _provider(api)
     gates = {"SomeOtherGate": True}
     props = _props(admission_plugins=[], feature_gates=gates, gates=gates)
-    first = _create(provider, {**props, "stack": "a"})
-    second = _create(provider, {**props, "stack": "b"})
+    first = _create(provider, {**props, **_stack("a")})
+    second = _create(provider, {**props, **_stack("b")})
     provider.delete("id", first)
     assert api.args("apiServer")["feature-gates"] == "SomeOtherGate=true"
     provider.delete("id", second)
@@ -399,9 +415,9 @@ def test_kubeadm_config_shared_gate_gets_its_old_value_back_when_the_last_stack_
 def test_kubeadm_config_update_dropping_a_shared_item_leaves_it_to_the_other_stack() -> None:
     api = FakeConfigMapApi(V1BETA4)
     provider = _provider(api)
-    first = _create(provider, _props(stack="a"))
-    _create(provider, _props(stack="b"))
-    provider.update("id", first, _props(stack="a", admission_plugins=[]))
+    first = _create(provider, _props(**_stack("a")))
+    _create(provider, _props(**_stack("b")))
+    provider.update("id", first, _props(**_stack("a"), admission_plugins=[]))
     assert api.args("apiServer")["enable-admission-plugins"] == (
         "NodeRestriction,ExtendedResourceToleration"
     )
@@ -410,14 +426,15 @@ def test_kubeadm_config_update_dropping_a_shared_item_leaves_it_to_the_other_sta
 def test_kubeadm_config_refuses_a_gate_another_stack_set_to_the_other_value() -> None:
     api = FakeConfigMapApi(V1BETA4)
     provider = _provider(api)
-    _create(provider, _props(stack="a"))
+    _create(provider, _props(**_stack("a")))
     before = copy.deepcopy(api.cm)
     gates = {"CPUManagerPolicyBetaOptions": False}
     with pytest.raises(NodeApiError) as excinfo:
-        _create(provider, _props(stack="b", feature_gates=gates, gates=gates))
+        _create(provider, _props(**_stack("b"), feature_gates=gates, gates=gates))
     assert str(excinfo.value) == (
         "ConfigMap kube-system/kubeadm-config: feature-gates item CPUManagerPolicyBetaOptions of "
-        "apiServer is set to true by stack a; stack b wants false (stacks sharing a cluster must "
+        "apiServer is set to true by stack organization/gpu-cluster/a (stack id id-a); stack "
+        "organization/gpu-cluster/b (stack id id-b) wants false (stacks sharing a cluster must "
         "agree on a gate's value)"
     )
     assert api.cm == before
@@ -426,13 +443,140 @@ def test_kubeadm_config_refuses_a_gate_another_stack_set_to_the_other_value() ->
 def test_kubeadm_config_preview_refuses_a_gate_another_stack_set_to_the_other_value() -> None:
     api = FakeConfigMapApi(V1BETA4)
     provider = _provider(api)
-    _create(provider, _props(stack="a"))
+    _create(provider, _props(**_stack("a")))
     gates = {"CPUManagerPolicyBetaOptions": False}
-    result = provider.check({}, _props(stack="b", feature_gates=gates, gates=None))
+    # At the preview of the first `up` the stack's id is not known yet.
+    news = _props(**_stack("b"), feature_gates=gates, gates=None)
+    result = provider.check({}, {**news, "stack": Unknown()})
     assert [(f.property, f.reason) for f in result.failures] == [
         (
             "feature_gates",
             "feature-gates item CPUManagerPolicyBetaOptions of apiServer is set to true by "
-            "stack a; stack b wants false (stacks sharing a cluster must agree on a gate's value)",
+            "stack organization/gpu-cluster/a (stack id id-a); stack organization/gpu-cluster/b "
+            "wants false (stacks sharing a cluster must agree on a gate's value)",
         )
     ]
+
+
+# --------------------------------------------------------------------------- renames and upgrades
+
+FLIPPED = {"CPUManagerPolicyBetaOptions": False}
+
+
+def _checked(provider: KubeadmConfigProvider, olds: dict[str, Any], news: dict[str, Any]) -> Any:
+    """The inputs check hands the engine (the gates checked, the former keys found)."""
+    result = provider.check(olds, {**news, "gates": None, "notes": None})
+    assert result.failures == []
+    return result.inputs
+
+
+def test_kubeadm_config_a_renamed_stack_updates_its_label_and_keeps_its_record() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    provider = _provider(api)
+    olds = _create(provider, _props())
+    renamed = _checked(provider, olds, _props(label="organization/gpu-cluster/staging"))
+    diff = provider.diff("id", olds, renamed)
+    assert (diff.changes, diff.replaces) == (True, [])
+    outs = provider.update("id", olds, renamed).outs
+    assert outs is not None
+    assert api.cm["metadata"]["annotations"] == {
+        annotation_key(STACK_ID): json.dumps(olds["added"], sort_keys=True),
+        label_key(STACK_ID): "organization/gpu-cluster/staging",
+    }
+    assert outs["former"] == []
+
+
+def test_kubeadm_config_a_renamed_stack_flips_a_gate_without_a_conflict_with_itself() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    provider = _provider(api)
+    olds = _create(provider, _props())
+    news = _props(label="organization/gpu-cluster/staging", feature_gates=FLIPPED)
+    outs = provider.update("id", olds, _checked(provider, olds, news)).outs
+    assert outs is not None
+    assert api.args("scheduler") == {"feature-gates": "CPUManagerPolicyBetaOptions=false"}
+    provider.delete("id", outs)
+    assert api.document() == yaml.safe_load(V1BETA4)
+    assert not api.cm["metadata"].get("annotations")
+
+
+def _name_keyed(api: FakeConfigMapApi, name: str, **overrides: Any) -> dict[str, Any]:
+    """The state an earlier version left: the record keyed by the stack's name, no label."""
+    outs = _create(_provider(api), _props(stack=name, label="", **overrides))
+    return {k: v for k, v in outs.items() if k not in ("label", "former")}
+
+
+def test_kubeadm_config_adopts_the_record_an_earlier_version_keyed_by_the_stack_name() -> None:
+    other = 'kubernetes_feature_enabled{name="SomeOtherGate",stage="BETA"} 0\n'
+    api = FakeConfigMapApi(V1BETA4, METRICS + other)
+    provider = _provider(api)
+    gates = {"SomeOtherGate": True}  # false before the earlier version set it
+    olds = _name_keyed(api, "dev", feature_gates=gates, gates=gates)
+    assert set(api.cm["metadata"]["annotations"]) == {annotation_key("dev")}
+
+    # The next `up` moves the record to the id.
+    news = _checked(provider, olds, _props(feature_gates=gates))
+    assert news["former"] == ["dev"]
+    diff = provider.diff("id", olds, news)
+    assert (diff.changes, diff.replaces) == (True, [])
+    outs = provider.update("id", olds, news).outs
+    assert outs is not None
+    assert set(api.cm["metadata"]["annotations"]) == {
+        annotation_key(STACK_ID),
+        label_key(STACK_ID),
+    }
+    # The value from before the earlier version came along: destroy restores it.
+    provider.delete("id", outs)
+    assert api.document() == yaml.safe_load(V1BETA4)
+    assert not api.cm["metadata"].get("annotations")
+
+
+def test_kubeadm_config_adopting_drops_what_the_stack_no_longer_wants() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    provider = _provider(api)
+    olds = _name_keyed(api, "dev")
+    provider.update("id", olds, _checked(provider, olds, _props(feature_gates={})))
+    assert api.args("apiServer") == {
+        "enable-admission-plugins": "NodeRestriction,ExtendedResourceToleration",
+        "feature-gates": "SomeOtherGate=false",
+    }
+    assert api.args("scheduler") == {}
+
+
+def test_kubeadm_config_preview_without_the_id_sees_the_former_record_as_its_own() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    provider = _provider(api)
+    olds = _name_keyed(api, "dev")
+    # A state older than the stack's id: the first preview does not know the id yet.
+    news = _props(stack=Unknown(), feature_gates=FLIPPED, gates=None, notes=None)
+    result = provider.check(olds, news)
+    assert result.failures == []
+    assert result.inputs["former"] == ["dev"]
+
+
+def test_kubeadm_config_keeps_its_former_keys_after_adopting() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    provider = _provider(api)
+    olds = _name_keyed(api, "dev")
+    outs = provider.update("id", olds, _checked(provider, olds, _props())).outs
+    assert outs is not None
+    again = _checked(provider, outs, _props())
+    assert again["former"] == ["dev"]
+    assert provider.diff("id", outs, again).changes is False
+
+
+def test_kubeadm_config_another_stacks_name_keyed_record_is_not_adopted() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    provider = _provider(api)
+    _name_keyed(api, "prod")
+    olds = _name_keyed(api, "dev")
+    news = _props(feature_gates=FLIPPED, gates=None, notes=None)
+    result = provider.check(olds, news)
+    assert [f.reason for f in result.failures] == [
+        "feature-gates item CPUManagerPolicyBetaOptions of apiServer is set to true by stack "
+        f"prod; stack {LABEL} (stack id {STACK_ID}) wants false (stacks sharing a cluster must "
+        "agree on a gate's value)"
+    ]
+    outs = provider.update("id", olds, _checked(provider, olds, _props())).outs
+    assert outs is not None
+    assert annotation_key("prod") in api.cm["metadata"]["annotations"]
+    assert annotation_key("dev") not in api.cm["metadata"]["annotations"]

@@ -12,11 +12,13 @@
 #                  config and the old patch back)
 #   kubelet-remove remove the stack's kubelet patch and do the same
 #
-# Environment: STACK_DIR (this stack's state and patches; its parent holds every stack's),
-# OURS (the admission plugins and gates the stack adds, space separated: regenerating may
-# drop those), GATES (kubelet gates, `Name=true,...`; for kubelet-remove the ones it set),
-# TIMEOUT (kubelet health wait, seconds). MANIFESTS, KUBELET_CONFIG, INSTANCE_CONFIG and
-# HEALTHZ default to kubeadm's and the kubelet's paths.
+# Environment: STACK_DIR (this stack's state and patches, named by the stack's id; its parent
+# holds every stack's), FORMER (names of directories beside it that an earlier version kept
+# for this stack, keyed by the stack's name: control-plane, kubelet and kubelet-remove adopt
+# them first), OURS (the admission plugins and gates the stack adds, space separated:
+# regenerating may drop those), GATES (kubelet gates, `Name=true,...`; for kubelet-remove the
+# ones it set), TIMEOUT (kubelet health wait, seconds). MANIFESTS, KUBELET_CONFIG,
+# INSTANCE_CONFIG and HEALTHZ default to kubeadm's and the kubelet's paths.
 # Ref: https://kubernetes.io/docs/tasks/administer-cluster/kubeadm/kubeadm-reconfigure/
 set -eu
 MANIFESTS=${MANIFESTS:-/etc/kubernetes/manifests}
@@ -88,6 +90,7 @@ $lost"; fi
 }
 
 control_plane() {
+  adopt
   check
   kubeadm upgrade node phase control-plane $PHASE_FLAGS \
     || fail "kubeadm upgrade node phase control-plane failed (kubeadm rolled the manifests back); see its output above"
@@ -116,6 +119,52 @@ record_items() {
     rm -f "$STACK_DIR/control-plane-items"
     rmdir "$STACK_DIR" 2>/dev/null || true
   fi
+}
+
+# ---------------------------------------------------------------------------- former keys
+
+# patch_gates FILE...: the gate lines (`  Name: value`) of kubelet patches of this script.
+patch_gates() {
+  grep -h '^  [A-Za-z0-9]*: [a-z]*$' "$@" 2>/dev/null || true
+}
+
+# write_patch FILE: a kubelet patch with the gate lines on standard input, each gate once (the
+# first line naming it wins); written beside FILE, then moved over it.
+write_patch() {
+  mkdir -p "$(dirname "$1")"
+  {
+    echo "apiVersion: kubelet.config.k8s.io/v1beta1"
+    echo "kind: KubeletConfiguration"
+    echo "featureGates:"
+    awk -F: '!seen[$1]++'
+  } >"$1.new"
+  mv "$1.new" "$1"
+}
+
+# adopt: what an earlier version left for this stack under its name (each of $FORMER) becomes
+# this stack's: the kubelet patch's gates are merged into this stack's patch (its own values
+# first; the kubelet already runs with both, so it is left as it is) and the control-plane
+# record into its record; the old directory then goes, unless it holds files of no stack's.
+adopt() {
+  for key in ${FORMER:-}; do
+    case "$key" in */* | . | ..) continue ;; esac
+    old="$STATE/$key"
+    [ "$old" != "$STACK_DIR" ] && [ -d "$old" ] || continue
+    if [ -f "$old/patches/$PATCH" ]; then
+      patch_gates "$STACK_DIR/patches/$PATCH" "$old/patches/$PATCH" | write_patch "$STACK_DIR/patches/$PATCH"
+      rm -f "$old/patches/$PATCH"
+      rmdir "$old/patches" 2>/dev/null || true
+    fi
+    if [ -f "$old/control-plane-items" ]; then
+      items=$(cat "$STACK_DIR/control-plane-items" "$old/control-plane-items" 2>/dev/null \
+        | tr ' ' '\n' | awk 'NF && !seen[$0]++')
+      mkdir -p "$STACK_DIR"
+      echo $items >"$STACK_DIR/control-plane-items"
+      rm -f "$old/control-plane-items"
+    fi
+    rmdir "$old" 2>/dev/null || log "left $old: it holds files this script did not write"
+    log "adopted $old (this stack under its former name) into $STACK_DIR"
+  done
 }
 
 # ---------------------------------------------------------------------------- kubelet
@@ -322,16 +371,12 @@ gates_in() {
 kubelet() {
   # No gates left to set (all GA, say): an empty featureGates patch would clear the kubelet's.
   [ -n "${GATES:-}" ] || { kubelet_remove; return 0; }
+  adopt
   kubelet_begin
   patch="$STACK_DIR/patches/$PATCH"
   ours="$(gate_names "$patch") $(gates_in "$GATES")"
-  mkdir -p "$STACK_DIR/patches"
-  {
-    echo "apiVersion: kubelet.config.k8s.io/v1beta1"
-    echo "kind: KubeletConfiguration"
-    echo "featureGates:"
-    printf '%s\n' "$GATES" | tr ',' '\n' | sed -n 's/^\([A-Za-z0-9]*\)=\([a-z][a-z]*\)$/  \1: \2/p'
-  } >"$patch"
+  printf '%s\n' "$GATES" | tr ',' '\n' | sed -n 's/^\([A-Za-z0-9]*\)=\([a-z][a-z]*\)$/  \1: \2/p' \
+    | write_patch "$patch"
   kubelet_converge "$ours"
 }
 
@@ -339,6 +384,7 @@ kubelet() {
 # ones it last set) may go; the kubelet is compared with kubeadm's rendering even when the
 # patch is already gone, as after a removal rolled back by an earlier version.
 kubelet_remove() {
+  adopt
   kubelet_begin
   ours="$(gate_names "$STACK_DIR/patches/$PATCH") $(gates_in "${GATES:-}")"
   rm -rf "$STACK_DIR/patches"

@@ -7,8 +7,10 @@ each resource, the count and what was advertised before (an ownership annotation
 resource; the node status endpoint keeps metadata, and the provider checks the records came
 back). Destroy puts back what was advertised before, or removes the keys, where the node still
 advertises the count the stack set; a count someone set since stays (and `up` refuses to
-overwrite it). `pulumi refresh` notices a count the kubelet dropped on re-registration, and the
-next `up` puts it back. The set mechanics are components/providers/node_set.py's.
+overwrite it). `pulumi refresh` notices a count the kubelet dropped or reset to 0 on
+re-registration, and the next `up` puts it back: the kubelet's reset is no one's edit
+(`zeroed_by_kubelet`). Counts are compared as quantities, since the API server keeps them in
+canonical form (1000 as "1k"). The set mechanics are components/providers/node_set.py's.
 
 # Ref: https://kubernetes.io/docs/tasks/administer-cluster/extended-resource-node/
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 import pulumi
@@ -44,12 +47,42 @@ from components.settings import PROJECT
 # Allocatable is what the scheduler fits pods against. The kubelet derives it from capacity
 # on its next status sync; setting both makes the resource schedulable at once.
 STATUS_FIELDS = ("capacity", "allocatable")
+KUBELET_RESET = "0"
+"""The count the kubelet resets an extended resource to."""
+
+
+def _quantity(value: Any) -> Decimal:
+    from kubernetes.utils import parse_quantity
+
+    return Decimal(parse_quantity(value))
+
+
+def same_count(a: Any, b: Any) -> bool:
+    """Whether two counts (None: not advertised) are the same quantity. The API server keeps a
+    count in its canonical form, not as written: 1000 comes back as "1k"."""
+    if a is None or b is None:
+        return a is None and b is None
+    return _quantity(a) == _quantity(b)
 
 
 def live_quantity(node: dict[str, Any], resource: str) -> int | None:
     """The advertised capacity of `resource` on `node`, or None when it is not there."""
     value = (node.get("status") or {}).get("capacity", {}).get(resource)
-    return int(value) if value is not None else None
+    return int(_quantity(value)) if value is not None else None
+
+
+def zeroed_by_kubelet(status: Mapping[str, Any], resource: str) -> bool:
+    """Whether `resource` is at 0 in both capacity and allocatable: what the kubelet leaves of
+    every extended resource when it registers again under an existing Node without its device
+    manager's checkpoint (a host reimaged or reinstalled), for whoever advertised a count to
+    set it again. Not an edit of anyone's: a count the stack set comes back with the next `up`.
+
+    # Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/pkg/kubelet/kubelet_node_status.go
+    (reconcileExtendedResource; pkg/kubelet/cm/devicemanager/manager.go
+    ShouldResetExtendedResourceCapacity) and https://github.com/kubernetes/kubernetes/pull/64784
+    """
+    values = [(status.get(f) or {}).get(resource) for f in STATUS_FIELDS]
+    return all(same_count(value, KUBELET_RESET) for value in values)
 
 
 def capacity_ownership_key(resource: str) -> str:
@@ -65,14 +98,14 @@ def _status_ops(
     for resource, count in sorted(set_to.items()):
         name = json_pointer_escape(resource)
         for f in STATUS_FIELDS:
-            if (status.get(f) or {}).get(resource) != str(count):
+            if not same_count((status.get(f) or {}).get(resource), count):
                 # "add" on an object member replaces an existing value (RFC 6902, 4.1).
                 ops.append({"op": "add", "path": f"/status/{f}/{name}", "value": str(count)})
     for resource, previous in sorted(restore.items()):
         name = json_pointer_escape(resource)
         for f in STATUS_FIELDS:
             before, now = previous.get(f), (status.get(f) or {}).get(resource)
-            if before is not None and now != before:
+            if before is not None and not same_count(now, before):
                 ops.append({"op": "add", "path": f"/status/{f}/{name}", "value": str(before)})
             elif before is None and now is not None:
                 ops.append({"op": "remove", "path": f"/status/{f}/{name}"})
@@ -118,7 +151,9 @@ class ExtendedResourceNodesProvider(NodeSetProvider):
                 previous = {f: (status.get(f) or {}).get(resource) for f in STATUS_FIELDS}
                 if found is not None:
                     wrote = written(found, _count(before.get(resource)))
-                    refuse_set_since(what, node, count, wrote, str(spec[resource]))
+                    # The kubelet's reset is no one's edit: the stack's count goes back.
+                    seen = None if zeroed_by_kubelet(status, resource) else count
+                    refuse_set_since(what, node, seen, wrote, spec[resource], same_count)
                     previous = found.get("previous") or {}
                 note = owner.record(previous, str(spec[resource]))
                 if found != note:
@@ -146,8 +181,11 @@ class ExtendedResourceNodesProvider(NodeSetProvider):
     ) -> tuple[dict[str, Mapping[str, Any]], list[str]]:
         """Of `resources`, those whose record this stack holds (to forget), and of them those
         still advertised with the count the stack set: {resource: what was advertised before}
-        (to put back). A count someone set since, or one that is gone, stays as it is."""
-        capacity = (live.get("status") or {}).get("capacity") or {}
+        (to put back). A count someone set since, or one that is gone, stays as it is. A count
+        the kubelet reset to 0 is never advertised again, but a resource that was not there
+        before the stack goes: its 0 is the stack's count, reset."""
+        status = live.get("status") or {}
+        capacity = status.get("capacity") or {}
         restore: dict[str, Mapping[str, Any]] = {}
         forget: list[str] = []
         for resource, found in self._records(live, resources).items():
@@ -155,8 +193,11 @@ class ExtendedResourceNodesProvider(NodeSetProvider):
                 continue  # released already, or another stack's
             forget.append(resource)
             wrote = written(found, _count(spec.get(resource)))
-            if wrote is None or capacity.get(resource) == wrote:
-                restore[resource] = found.get("previous") or {}
+            previous: Mapping[str, Any] = found.get("previous") or {}
+            if wrote is None or same_count(capacity.get(resource), wrote):
+                restore[resource] = previous
+            elif zeroed_by_kubelet(status, resource) and previous.get("capacity") is None:
+                restore[resource] = {}
         return restore, forget
 
     def release(self, step: NodeStep) -> None:

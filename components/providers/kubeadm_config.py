@@ -6,8 +6,12 @@ survive `kubeadm upgrade`. This provider edits it through the API: it parses the
 PyYAML, adds the admission plugins to `apiServer.extraArgs` and the feature gates to the
 apiServer, controllerManager and scheduler extraArgs, and writes it back with a
 resourceVersion precondition, retrying on conflict. What it added (and what an entry it changed
-held before) is recorded in an annotation named after the stack, so delete takes out exactly
-that and leaves everything else, including entries that were there before, as it found them.
+held before) is recorded in an annotation named by the stack's id (node_api.stack_identity:
+minted on the first `up`, kept in the state, so `pulumi stack rename` keeps it), with the
+readable organization/project/stack beside it, so delete takes out exactly that and leaves
+everything else, including entries that were there before, as it found them. Records an
+earlier version keyed by the stack's name (the `stack` its state holds) are adopted as this
+stack's on the next `up`: merged into the id's record and removed in the same write.
 
 Stacks sharing a cluster share the document: an item another stack's annotation also names is
 recorded by each of them (with the value from before the first), and taking a stack out
@@ -58,6 +62,10 @@ NAMESPACE = "kube-system"
 CONFIGMAP = "kubeadm-config"
 DATA_KEY = "ClusterConfiguration"
 ANNOTATION_PREFIX = f"kubeadm-config.{PROJECT}.io"
+"""Prefix of the annotations holding each stack's record, `<prefix>/<stack id>`."""
+LABEL_PREFIX = f"stack.{ANNOTATION_PREFIX}"
+"""Prefix of the annotations naming each record's stack for a reader (organization/project/
+stack), `<prefix>/<stack id>`: outside ANNOTATION_PREFIX, so only records are read as records."""
 PLUGINS_FLAG = "enable-admission-plugins"
 GATES_FLAG = "feature-gates"
 GATE_COMPONENTS = ("apiServer", "controllerManager", "scheduler")
@@ -393,34 +401,93 @@ def edit_cluster_configuration(
     return record
 
 
-def annotation_key(stack: str) -> str:
-    """The annotation recording what `stack` added (a qualified name: 63 characters at most)."""
-    name = re.sub(r"[^A-Za-z0-9_.-]", "-", stack).strip("-_.")[:63] or "stack"
-    return f"{ANNOTATION_PREFIX}/{name}"
-
-
 def record_name(stack: str) -> str:
-    """The stack's name as its annotation spells it (how other stacks' errors name it)."""
-    return annotation_key(stack)[len(ANNOTATION_PREFIX) + 1 :]
+    """`stack` (an id, or the name an earlier version keyed records by) as annotations spell
+    it: a qualified name's name part, 63 characters at most."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", stack).strip("-_.")[:63] or "stack"
 
 
-def other_records(cm: Mapping[str, Any], stack: str) -> dict[str, Record]:
-    """The records of the stacks other than `stack` on the ConfigMap, by stack."""
-    annotations = (cm.get("metadata") or {}).get("annotations") or {}
-    prefix = f"{ANNOTATION_PREFIX}/"
-    return {
-        key[len(prefix) :]: dict(json.loads(value or "{}"))
-        for key, value in annotations.items()
-        if key.startswith(prefix) and key != annotation_key(stack)
-    }
+def annotation_key(stack: str) -> str:
+    """The annotation recording what `stack` added."""
+    return f"{ANNOTATION_PREFIX}/{record_name(stack)}"
 
 
-def set_configuration(stack: str, wanted: Mapping[str, Mapping[str, Mapping[str, str]]]) -> Mutate:
-    """A mutate function for read_modify_write: make the stack's additions exactly `wanted`.
+def label_key(stack: str) -> str:
+    """The annotation naming `stack`'s record for a reader (organization/project/stack)."""
+    return f"{LABEL_PREFIX}/{record_name(stack)}"
+
+
+def _annotations(cm: Mapping[str, Any]) -> dict[str, str]:
+    return dict((cm.get("metadata") or {}).get("annotations") or {})
+
+
+def describe_stack(cm: Mapping[str, Any], name: str) -> str:
+    """How a message names the stack whose record is `name`: its label when recorded (a
+    record of an earlier version has only the stack's name)."""
+    label = _annotations(cm).get(label_key(name))
+    return f"{label} (stack id {name})" if label else name
+
+
+UNKNOWN_STACK = ""
+"""The stack's id while a preview does not know it (the preview of its first `up`, where a
+dynamic provider's check gets a `pulumi.output.Unknown` in its place)."""
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Whose record a write keeps: the stack's id, its label, and the names an earlier version
+    of the stack keyed its records by (its own wherever found)."""
+
+    stack: str
+    """The stack's id (node_api.stack_identity); UNKNOWN_STACK while a preview does not know it."""
+    label: str = ""
+    """organization/project/stack, written beside the record."""
+    former: tuple[str, ...] = ()
+    """Names the stack's records were keyed by before it had an id."""
+
+    def keys(self) -> list[str]:
+        """The annotations of this stack's records: its id's (when known), then the former."""
+        own = [] if self.stack == UNKNOWN_STACK else [annotation_key(self.stack)]
+        return own + [k for k in map(annotation_key, self.former) if k not in own]
+
+    def previous(self, cm: Mapping[str, Any]) -> Record:
+        """This stack's record: the id's, with what the former records hold that it lacks."""
+        annotations = _annotations(cm)
+        merged: Record = {}
+        for key in self.keys():
+            for component, flags in json.loads(annotations.get(key) or "{}").items():
+                for flag, items in flags.items():
+                    held = merged.setdefault(component, {}).setdefault(flag, {})
+                    for item, old in items.items():
+                        held.setdefault(item, old)
+        return merged
+
+    def others(self, cm: Mapping[str, Any]) -> dict[str, Record]:
+        """The records of the other stacks, by how a message names each."""
+        prefix = f"{ANNOTATION_PREFIX}/"
+        own = set(self.keys())
+        return {
+            describe_stack(cm, key[len(prefix) :]): dict(json.loads(value or "{}"))
+            for key, value in _annotations(cm).items()
+            if key.startswith(prefix) and key not in own
+        }
+
+    def describe(self) -> str:
+        """How a message names this stack."""
+        if self.stack == UNKNOWN_STACK:
+            return self.label or "this stack"
+        return f"{self.label} (stack id {self.stack})" if self.label else self.stack
+
+
+def set_configuration(
+    owner: Owner, wanted: Mapping[str, Mapping[str, Mapping[str, str]]]
+) -> Mutate:
+    """A mutate function for read_modify_write: make the stack's additions exactly `wanted`,
+    recorded under its id with its label beside, its former records folded in and removed.
 
     Raises StackConflict (naming the items and stacks) when another stack set one otherwise.
     """
-    key = annotation_key(stack)
+    key = annotation_key(owner.stack)
 
     def mutate(cm: Mapping[str, Any]) -> dict[str, Any] | None:
         text = (cm.get("data") or {}).get(DATA_KEY)
@@ -431,33 +498,37 @@ def set_configuration(stack: str, wanted: Mapping[str, Mapping[str, Mapping[str,
             raise NodeApiError(
                 f"ConfigMap {NAMESPACE}/{CONFIGMAP}: {DATA_KEY} is not a YAML mapping"
             )
-        annotations = (cm.get("metadata") or {}).get("annotations") or {}
-        previous: Record = json.loads(annotations.get(key) or "{}")
-        others = other_records(cm, stack)
+        annotations = _annotations(cm)
+        previous = owner.previous(cm)
         try:
             record = edit_cluster_configuration(
-                document, previous, wanted, others, record_name(stack)
+                document, previous, wanted, owner.others(cm), owner.describe()
             )
         except StackConflict as exc:
             prefix = f"ConfigMap {NAMESPACE}/{CONFIGMAP}: "
             raise StackConflict([prefix + c for c in exc.conflicts]) from None
-        new_text = yaml.safe_dump(document, sort_keys=False)
-        if record == previous and yaml.safe_load(new_text) == yaml.safe_load(text):
-            return None
-        return {
-            "metadata": {
-                "annotations": {key: json.dumps(record, sort_keys=True) if record else None}
-            },
-            "data": {DATA_KEY: new_text},
+        changes: dict[str, str | None] = {
+            key: json.dumps(record, sort_keys=True) if record else None,
+            label_key(owner.stack): owner.label if record and owner.label else None,
         }
+        for former in owner.former:
+            if annotation_key(former) != key:
+                changes |= {annotation_key(former): None, label_key(former): None}
+        # Only what differs; the record compared as data, not as its JSON spelling.
+        changes = {k: v for k, v in changes.items() if annotations.get(k) != v}
+        if record == json.loads(annotations.get(key) or "{}"):
+            changes.pop(key, None)
+        new_text = yaml.safe_dump(document, sort_keys=False)
+        if not changes and yaml.safe_load(new_text) == yaml.safe_load(text):
+            return None
+        return {"metadata": {"annotations": changes}, "data": {DATA_KEY: new_text}}
 
     return mutate
 
 
 def recorded(cm: Mapping[str, Any], stack: str) -> Record:
     """What the ConfigMap's annotation says `stack` added."""
-    annotations = (cm.get("metadata") or {}).get("annotations") or {}
-    return dict(json.loads(annotations.get(annotation_key(stack)) or "{}"))
+    return dict(json.loads(_annotations(cm).get(annotation_key(stack)) or "{}"))
 
 
 # --------------------------------------------------------------------------- provider
@@ -465,6 +536,27 @@ def recorded(cm: Mapping[str, Any], stack: str) -> Record:
 
 def _wanted(props: Mapping[str, Any]) -> dict[str, dict[str, dict[str, str]]]:
     return wanted_items(list(props.get("admission_plugins") or []), props.get("gates") or {})
+
+
+def _owner(props: Mapping[str, Any]) -> Owner:
+    stack = props.get("stack")
+    return Owner(
+        stack if isinstance(stack, str) and stack else UNKNOWN_STACK,
+        str(props.get("label") or ""),
+        tuple(props.get("former") or ()),
+    )
+
+
+def former_keys(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
+    """The keys the stack's records had before, from its state (`olds`): those it adopted
+    already, and the state's `stack` when it is not the new one (the stack's name, as an
+    earlier version keyed records). Kept, so a host missed by one run is adopted by the next."""
+    former = {str(k) for k in olds.get("former") or ()}
+    old = olds.get("stack")
+    if isinstance(old, str) and old:
+        former.add(old)
+    former.discard(_owner(news).stack)
+    return sorted(former)
 
 
 class KubeadmConfigProvider(RunCredentials):
@@ -482,11 +574,12 @@ class KubeadmConfigProvider(RunCredentials):
         cm = read_modify_write(
             lambda: api.get_configmap(NAMESPACE, CONFIGMAP),
             lambda patch: api.merge_patch_configmap(NAMESPACE, CONFIGMAP, patch),
-            set_configuration(props["stack"], _wanted(props)),
+            set_configuration(_owner(props), _wanted(props)),
         )
         return {**props, "added": recorded(cm, props["stack"]), "in_sync": True}
 
-    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
+    def check(self, olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
+        news = {**news, "former": former_keys(olds, news)}
         requested = news.get("feature_gates") or {}
         if not requested:
             return CheckResult(inputs={**news, "gates": requested, "notes": {}}, failures=[])
@@ -500,27 +593,27 @@ class KubeadmConfigProvider(RunCredentials):
             )
         gates, notes, refused = check_gates(requested, stages, api.server)
         failures = [CheckFailure("feature_gates", reason) for reason in refused]
-        if isinstance(news.get("stack"), str):
-            wanted = _wanted({**news, "gates": gates})
-            failures += [
-                CheckFailure("feature_gates", reason)
-                for reason in self._conflicts(api, news["stack"], wanted)
-            ]
+        wanted = _wanted({**news, "gates": gates})
+        failures += [
+            CheckFailure("feature_gates", reason)
+            for reason in self._conflicts(api, _owner(news), wanted)
+        ]
         return CheckResult(inputs={**news, "gates": gates, "notes": notes}, failures=failures)
 
     @staticmethod
     def _conflicts(
-        api: ConfigMapApi, stack: str, wanted: Mapping[str, Mapping[str, Mapping[str, str]]]
+        api: ConfigMapApi, owner: Owner, wanted: Mapping[str, Mapping[str, Mapping[str, str]]]
     ) -> list[str]:
-        """Gates another stack set to the other value, so a preview fails before any change."""
+        """Gates another stack set to the other value, so a preview fails before any change.
+        At the first `up`'s preview the stack's id is not known: its own records are then the
+        former ones only (a new stack has none)."""
         try:
             cm = api.get_configmap(NAMESPACE, CONFIGMAP)
             document = yaml.safe_load((cm.get("data") or {}).get(DATA_KEY) or "{}")
             if not isinstance(document, dict):
                 return []  # create says what is wrong with it
-            others = other_records(cm, stack)
             edit_cluster_configuration(
-                document, recorded(cm, stack), wanted, others, record_name(stack)
+                document, owner.previous(cm), wanted, owner.others(cm), owner.describe()
             )
         except StackConflict as exc:
             return exc.conflicts
@@ -539,21 +632,20 @@ class KubeadmConfigProvider(RunCredentials):
         return UpdateResult(outs=self._apply(news))
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        fields = ("admission_plugins", "gates", "notes")
+        # A new key (the id in place of the name an earlier version used) or a new label (a
+        # renamed stack) is an update: the record moves, nothing is taken out and put back.
+        fields = ("admission_plugins", "gates", "notes", "stack", "label", "former")
         changed = [k for k in fields if olds.get(k) != news.get(k)]
-        replaces = ["stack"] if olds.get("stack") != news.get("stack") else []
         if olds.get("in_sync") is False:
             changed.append("in_sync")  # changed behind the stack's back: put it back
-        return DiffResult(
-            changes=bool(changed or replaces), replaces=replaces, delete_before_replace=True
-        )
+        return DiffResult(changes=bool(changed), replaces=[])
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
         cm = self._api(props).get_configmap(NAMESPACE, CONFIGMAP)
         # In sync when applying the configuration again would change nothing (a conflict with
         # another stack is a change; the update then says what it is).
         try:
-            in_sync = set_configuration(props["stack"], _wanted(props))(cm) is None
+            in_sync = set_configuration(_owner(props), _wanted(props))(cm) is None
         except StackConflict:
             in_sync = False
         return ReadResult(id_=id_, outs={**props, "in_sync": in_sync})
@@ -563,13 +655,18 @@ class KubeadmConfigProvider(RunCredentials):
         read_modify_write(
             lambda: api.get_configmap(NAMESPACE, CONFIGMAP),
             lambda patch: api.merge_patch_configmap(NAMESPACE, CONFIGMAP, patch),
-            set_configuration(props["stack"], {}),
+            set_configuration(_owner(props), {}),
         )
 
 
 class KubeadmConfig(Resource, module=PROJECT, name="KubeadmConfig"):
     """One stack's admission plugins and feature gates in kubeadm's ClusterConfiguration."""
 
+    stack: pulumi.Output[str]
+    """The stack's id, which keys its record (and its directory on the hosts)."""
+    former: pulumi.Output[list[str]]
+    """The names an earlier version keyed the stack's record and host directories by: adopted
+    as the stack's wherever found."""
     gates: pulumi.Output[dict[str, bool]]
     """The feature gates set: the requested ones minus those GA at the requested value."""
     notes: pulumi.Output[dict[str, str]]
@@ -583,15 +680,20 @@ class KubeadmConfig(Resource, module=PROJECT, name="KubeadmConfig"):
         name: str,
         *,
         stack: pulumi.Input[str],
+        label: pulumi.Input[str],
         admission_plugins: pulumi.Input[list[str]],
         feature_gates: pulumi.Input[Mapping[str, bool]],
         opts: pulumi.ResourceOptions | None = None,
         provider: KubeadmConfigProvider | None = None,
     ) -> None:
+        """`stack`: the stack's id (node_api.stack_identity); `label`: its organization/
+        project/stack (node_api.stack_label), recorded beside it for a reader."""
         props = {
             "stack": stack,
+            "label": label,
             "admission_plugins": admission_plugins,
             "feature_gates": feature_gates,
+            "former": None,
             "gates": None,
             "notes": None,
             "added": None,

@@ -45,7 +45,7 @@ from components.providers.kubeadm_config import KubeadmConfigProvider
 from tests.fake_kubeadm_host import COMPONENTS, FakeHost
 from tests.fake_node_api import stack_config_request
 from tests.integration.conftest import built_tool
-from tests.test_control_plane_features import registered_commands
+from tests.test_control_plane_features import STACK_ID, registered_commands
 from tools.harness import LocalControlPlane
 
 RESOURCE = "example.com/dongle"
@@ -468,7 +468,7 @@ def test_kubeadm_live_host_failure_is_rolled_back_by_kubeadm_and_stops_the_comma
         in (result.stderr)
     )
     assert apiserver.read_text() == before
-    assert not (host.state / "dev").exists()  # nothing recorded for a failed run
+    assert not (host.state / STACK_ID).exists()  # nothing recorded for a failed run
 
 
 class KubeletNode:

@@ -8,7 +8,9 @@ records it holds) carries from one run to the next.
 - `pulumi stack rename` keeps the stack the owner of what it put on its nodes;
 - two self-managed backends holding a stack of the same project and stack names are two owners:
   the second is refused and its `destroy` leaves the first's nodes alone;
-- a stack deployed before stacks had an id keeps its nodes on its first `up` with one.
+- a stack deployed before stacks had an id keeps its nodes on its first `up` with one;
+- a host reimaged under its Node (the kubelet resets the stack's counts to 0) gets them back
+  from `up --refresh`, while a count an admin set on another node stays refused.
 
 Each test creates nodes of its own on one control plane.
 """
@@ -213,4 +215,49 @@ def test_a_stack_deployed_before_it_had_an_id_keeps_its_nodes(
     assert _changes(changed.up()) == {"same"}
     assert _pool_taints(api_client, pool)[pool[1]][0]["value"] == "a100"
     changed.destroy()
+    assert snapshot(api_client, pool) == before
+
+
+def _set_dongles(api_client: Any, node: str, count: str) -> None:
+    """A write of the node's status by someone else, as the kubelet writes it (a strategic
+    merge patch of the status subresource): `count` in capacity and allocatable."""
+    client.CoreV1Api(api_client).patch_node_status(
+        node,
+        {"status": {"capacity": {DONGLE: count}, "allocatable": {DONGLE: count}}},
+        _content_type="application/strategic-merge-patch+json",
+    )
+
+
+def test_a_reimaged_host_s_reset_count_comes_back_with_up_refresh(
+    cluster: tuple[LocalControlPlane, Any], tmp_path: Path
+) -> None:
+    """One host is reimaged and its kubelet registers again under the existing Node: every
+    extended resource at 0 (capacity and allocatable), annotations kept. On another node an
+    admin sets the count to 8. `up --refresh` advertises the stack's count again on the first
+    and fails naming only the second; once the admin's value is gone, `up` finishes, the next
+    changes nothing, and `destroy` puts both nodes back as they were."""
+    cp, api_client = cluster
+    pool = ["reimaged-gpu-1", "edited-gpu-2"]
+    reimaged, edited = pool
+    create_nodes(api_client, [gpu_node(n) for n in pool])
+    before = snapshot(api_client, pool)
+    stack = _stack(cp, tmp_path, _config(pool, dict.fromkeys(pool, 2)), "reimage")
+    stack.up()
+
+    _set_dongles(api_client, reimaged, "0")  # what the kubelet does (reconcileExtendedResource)
+    _set_dongles(api_client, edited, "8")
+    with pytest.raises(auto.CommandError) as refused:
+        stack.up(refresh=True)
+
+    live = snapshot(api_client, pool)
+    assert live[reimaged]["capacity"][DONGLE] == live[reimaged]["allocatable"][DONGLE] == "2"
+    assert live[edited]["capacity"][DONGLE] == "8"
+    message = str(refused.value)
+    assert "1 of 2 nodes failed" in message and f"{edited}: extended resource " in message
+    assert f"{reimaged}: extended resource " not in message, message
+
+    _set_dongles(api_client, edited, "2")
+    stack.up()
+    assert _changes(stack.up(refresh=True)) == {"same"}
+    stack.destroy()
     assert snapshot(api_client, pool) == before

@@ -168,3 +168,25 @@ def test_pool_leaves_a_quarantine_set_since_on_up_and_destroy(
     assert released["spec"].get("taints") == before["spec"].get("taints")
     assert released["metadata"].get("labels") == before["metadata"].get("labels")
     assert not released["metadata"].get("annotations")
+
+
+def test_extended_resources_of_a_thousand_or_more_stay_the_stack_s_own(
+    kubeconfig: str, core: client.CoreV1Api, node: str
+) -> None:
+    """The API server keeps a count in canonical form (1000 as "1k"): `refresh` reads it as
+    the count the stack set, a new count is no overwrite of someone else's, and `destroy`
+    takes it back."""
+    advertised = _configure(ExtendedResourceNodesProvider(), kubeconfig)
+    props = {"nodes": {node: {DONGLE: 1000}}, "owner": "org/gpu-cluster/a"}
+    outs = dict(advertised.create(props).outs or {})
+    assert _live(core, node)["status"]["capacity"][DONGLE] == "1k"
+
+    refreshed = dict(advertised.read("id", outs).outs or {})
+    assert refreshed["applied"][node]["live"] == {DONGLE: 1000}
+    assert refreshed["applied"][node]["drift"] is False
+    changed = {**props, "nodes": {node: {DONGLE: 2000}}}
+    outs = dict(advertised.update("id", refreshed, changed).outs or {})
+
+    assert outs["failed"] == {} and _live(core, node)["status"]["allocatable"][DONGLE] == "2k"
+    advertised.delete("id", outs)
+    assert DONGLE not in _live(core, node)["status"]["capacity"]
