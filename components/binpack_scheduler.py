@@ -4,20 +4,22 @@ The component and its Args only: the settings model and its rules are in
 components/binpack_scheduler_settings.py, the KubeSchedulerConfiguration and every object below
 are built in components/binpack_scheduler_manifests.py. In kube-system (by default):
 
-    ConfigMap (the rendered config) ──┐
-    ServiceAccount ───────────────────┼──> Deployment of kube-scheduler (its own Lease)
-    Role on the Lease ──> RoleBinding ┤
-    kubeadm's scheduler roles ──> bindings
+    ConfigMap (the rendered config) ───────────┐
+    ServiceAccount ────────────────────────────┤
+    its ClusterRole ──> ClusterRoleBinding ────┼──> Deployment of kube-scheduler
+    Role on its Lease ──> RoleBinding ─────────┤
+    the authentication reader ──> RoleBinding ─┤
+    its Lease (created here, never by it) ─────┘
 
-The rendered configuration is an output (stack output `schedulerConfig`).
+The rendered configuration is an output (stack output `schedulerConfig`); the GPU resources it
+weighs are `gpu_resources`, which the gate and the monitoring take.
 
 # Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/resource-bin-packing/
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import pulumi
@@ -26,13 +28,13 @@ from pydantic import Field
 
 from components import binpack_scheduler_manifests as manifests
 from components.binpack_scheduler_settings import (
+    NO_GPU_RESOURCES,
     UPSTREAM_IMAGE,
     BinpackSchedulerSettings,
-    ResourceWeight,
     SchedulerProfile,
 )
 from components.cluster_access import ClusterAccess, ClusterLayer
-from components.gpu_resources import GpuResources, is_gpu_resource
+from components.gpu_resources import GpuResources
 from components.settings import PROJECT, Runtime
 
 TOKEN = f"{PROJECT}:index:BinpackScheduler"
@@ -53,35 +55,14 @@ class BinpackSchedulerArgs(BinpackSchedulerSettings):
         default_factory=lambda: {"cpu": "100m", "memory": "128Mi"}
     )
     """Container resource requests."""
-    gpu_resources: Annotated[Sequence[str], Runtime()] = ()
-    """GPU resource names the device plugin advertises (GpuOperator's settings); each one
-    resource_weights leaves out is weighted like its heaviest GPU resource."""
-    gpu_shared: Annotated[Sequence[tuple[str, int]], Runtime()] = ()
-    """(name, replicas) of the time-sliced GPU resources (GpuOperator's settings)."""
-    gpu_prefixes: Annotated[Sequence[str], Runtime()] = ()
-    """Prefixes of the MIG profile resources (GpuOperator's settings)."""
+    advertised: Annotated[GpuResources, Runtime()] = NO_GPU_RESOURCES
+    """What the GPU Operator's device plugin advertises (GpuOperatorSettings.gpu_resources());
+    the GPU resources are these and gpu_resources."""
 
     @property
     def profile(self) -> SchedulerProfile:
-        """The settings' profile, with every advertised GPU resource weighted."""
-        base = super().profile
-        advertised = GpuResources(
-            names=tuple(self.gpu_resources),
-            prefixes=tuple(self.gpu_prefixes),
-            shared=tuple(self.gpu_shared),
-        )
-        weights = {r.name: r.weight for r in base.resources}
-        gpu_weight = max(w for n, w in weights.items() if is_gpu_resource(n, advertised))
-        for name in self.gpu_resources:
-            weights.setdefault(name, gpu_weight)
-        resources = tuple(ResourceWeight(name=n, weight=w) for n, w in weights.items())
-        return replace(
-            base,
-            resources=resources,
-            shared_gpus=advertised.shared,
-            mig_prefix=next(iter(self.gpu_prefixes), ""),
-            advertised=advertised,
-        )
+        """The settings' profile with what the device plugin advertises."""
+        return self.profile_with(self.advertised)
 
     @property
     def scheduler_image(self) -> str:
@@ -98,6 +79,10 @@ class BinpackScheduler(ClusterLayer):
     """The rendered KubeSchedulerConfiguration."""
     namespace: pulumi.Output[str]
     """Namespace of the Deployment and its Lease."""
+    gpu_resources: GpuResources
+    """The GPU resources the scheduler weighs as GPUs (what the device plugin advertises and
+    `gpuResources` adds): what the gate routes and the monitoring counts. Known from the
+    config, so a plain value."""
 
     def __init__(
         self, name: str, args: BinpackSchedulerArgs, opts: pulumi.ResourceOptions | None = None
@@ -115,12 +100,28 @@ class BinpackScheduler(ClusterLayer):
         account = k8s.core.v1.ServiceAccount(
             f"{name}-sa", metadata=manifests.service_account(sched, ns)["metadata"], opts=child
         )
+        cluster_role = manifests.scheduler_role(sched)
+        scheduler_role = k8s.rbac.v1.ClusterRole(
+            f"{name}-role",
+            metadata=cluster_role["metadata"],
+            rules=cluster_role["rules"],
+            opts=child,
+        )
         role = manifests.lease_role(sched, lease_ns)
-        lease = k8s.rbac.v1.Role(
+        lease_role = k8s.rbac.v1.Role(
             f"{name}-lease", metadata=role["metadata"], rules=role["rules"], opts=child
         )
-        # The Lease binding names the Role by its output, so it follows the Role.
-        refs = {manifests.LEASE: lease.metadata.name.apply(lambda r: manifests.role_ref("Role", r))}
+        # The scheduler may not create its Lease (RBAC cannot limit `create` to a name).
+        lease = k8s.coordination.v1.Lease(
+            f"{name}-leader-lease",
+            metadata=manifests.lease(sched, lease_ns)["metadata"],
+            opts=child,
+        )
+        # Each binding names its role by the role's output, so it follows the role.
+        refs = {
+            manifests.SCHEDULER: _ref("ClusterRole", scheduler_role),
+            manifests.LEASE: _ref("Role", lease_role),
+        }
         bindings = [
             _bind(f"{name}-{suffix}", binding, refs.get(suffix, binding["roleRef"]), child)
             for suffix, binding in manifests.role_bindings(sched, ns, lease_ns).items()
@@ -129,12 +130,15 @@ class BinpackScheduler(ClusterLayer):
             f"{name}-deployment",
             metadata=manifests.object_meta(sched, sched, ns),
             spec=_deployment_spec(args, sched, config_yaml, account, config_map),
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=bindings)),
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[*bindings, lease])
+            ),
         )
 
         self.scheduler_name = deployment.metadata.apply(lambda _: sched)
         self.config_yaml = pulumi.Output.from_input(config_yaml)
         self.namespace = deployment.metadata.apply(lambda _: ns)
+        self.gpu_resources = args.gpu_resources_with(args.advertised)
         self.register_outputs(
             {
                 "scheduler_name": self.scheduler_name,
@@ -142,6 +146,13 @@ class BinpackScheduler(ClusterLayer):
                 "namespace": self.namespace,
             }
         )
+
+
+def _ref(
+    kind: str, role: k8s.rbac.v1.ClusterRole | k8s.rbac.v1.Role
+) -> pulumi.Output[dict[str, str]]:
+    """A binding's reference to `role`, by its name output."""
+    return role.metadata.name.apply(lambda n: manifests.role_ref(kind, n))
 
 
 def _deployment_spec(

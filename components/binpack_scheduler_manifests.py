@@ -7,8 +7,16 @@ kubescheduler.config.k8s.io/v1 configuration from a ConfigMap whose hash is a po
 config change rolls the pods). It authenticates with its ServiceAccount (no hostPath to the
 control plane's scheduler.conf), serves HTTPS on 10259 with /livez and /readyz probes, runs with
 system-cluster-critical priority, tolerates the control-plane taint and elects a leader on its
-own Lease named after the scheduler. RBAC is kubeadm's scheduler roles plus one Role on that
-Lease, because system:kube-scheduler only covers the Lease named kube-scheduler.
+own Lease named after the scheduler.
+
+RBAC is its own, not kubeadm's: system:kube-scheduler may create any Lease and update the
+cluster scheduler's (kube-system/kube-scheduler), so an image bound to it could take that
+leadership and stop all default scheduling. The scheduler's ClusterRole carries what
+system:kube-scheduler and system:volume-scheduler grant a scheduler (nodes, pods and their
+bindings, status and finalizers, events, what selects or mounts pods, DRA objects), without
+their Lease and LeaseCandidate rules; a Role lets it get and update its own Lease, by name.
+`create` cannot be limited to a name, so the stack creates that Lease itself (an empty spec,
+which leader election fills in) and the scheduler never creates one.
 
 # Ref: https://kubernetes.io/docs/reference/scheduling/config/
 """
@@ -138,15 +146,74 @@ def render_config_yaml(profile: SchedulerProfile, kubeconfig: str | None = None)
 
 # ------------------------------------------------------------------ Kubernetes objects
 RBAC_API_GROUP = "rbac.authorization.k8s.io"
+LEASE_API_GROUP = "coordination.k8s.io"
 LEASE = "lease"
 """Suffix of the Role on the scheduler's own Lease and of its binding."""
-# (suffix, role kind, role, namespace of the binding; None: cluster-wide). The two roles
-# kubeadm's own scheduler has, nothing broader; delegated authentication of the HTTPS endpoint
-# reads a ConfigMap in kube-system.
-SCHEDULER_ROLES: tuple[tuple[str, str, str, str | None], ...] = (
-    ("kube-scheduler", "ClusterRole", "system:kube-scheduler", None),
-    ("volume-scheduler", "ClusterRole", "system:volume-scheduler", None),
-    ("auth-reader", "Role", "extension-apiserver-authentication-reader", "kube-system"),
+SCHEDULER = "scheduler"
+"""Suffix of the scheduler's ClusterRole and of its binding."""
+AUTH_READER = "auth-reader"
+"""Suffix of the binding to the Role delegated authentication reads its ConfigMap with."""
+# Delegated authentication of the HTTPS endpoint reads a ConfigMap in kube-system, with the
+# Role the API server keeps there for it.
+# Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/plugin/pkg/auth/authorizer/rbac/bootstrappolicy/namespace_policy.go
+AUTH_READER_ROLE = "extension-apiserver-authentication-reader"
+AUTH_READER_NAMESPACE = "kube-system"
+
+# The verb sets of the bootstrap policy.
+READ = ("get", "list", "watch")
+READ_UPDATE = (*READ, "update", "patch")
+
+
+def _rule(
+    groups: tuple[str, ...], resources: tuple[str, ...], verbs: tuple[str, ...]
+) -> dict[str, list[str]]:
+    return {"apiGroups": list(groups), "resources": list(resources), "verbs": list(verbs)}
+
+
+# What kube-scheduler v1.37 is granted by system:kube-scheduler and system:volume-scheduler with
+# its default feature gates (the Deployment sets none), leaving out the Leases (create on any,
+# get/update/list/watch on kube-scheduler's) and LeaseCandidates (CoordinatedLeaderElection,
+# off by default): its own Lease is lease_role()'s. DRA is GA; DRAExtendedResource (claims
+# created and deleted for extended resources), DRADeviceTaintRules and
+# DRAResourceClaimGranularStatusAuthorization (resourceclaims/binding) are on by default in
+# v1.37; GenericWorkload and CompositePodGroup (podgroups) are off, so left out. Older
+# schedulers (v1.35, v1.36) need a subset.
+# Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go
+# Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/pkg/features/kube_features.go
+SCHEDULER_RULES: tuple[dict[str, list[str]], ...] = (
+    _rule(("", "events.k8s.io"), ("events",), ("create", "update", "patch")),
+    # Fundamental resources; preemption deletes pods.
+    _rule(("",), ("nodes",), READ),
+    _rule(("",), ("pods",), (*READ, "delete")),
+    _rule(("",), ("pods/binding", "bindings"), ("create",)),
+    _rule(("",), ("pods/status",), ("patch", "update")),
+    # What selects pods.
+    _rule(("",), ("services", "replicationcontrollers"), READ),
+    _rule(("apps", "extensions"), ("replicasets",), READ),
+    _rule(("apps",), ("statefulsets",), READ),
+    # What pods use or what applies to them; volume binding updates PVs and PVCs
+    # (system:volume-scheduler).
+    _rule(("policy",), ("poddisruptionbudgets",), READ),
+    _rule(("",), ("persistentvolumeclaims", "persistentvolumes"), READ_UPDATE),
+    _rule(("storage.k8s.io",), ("storageclasses",), READ),
+    # Delegated authentication and authorization of the HTTPS endpoint (non-mutating).
+    _rule(("authentication.k8s.io",), ("tokenreviews",), ("create",)),
+    _rule(("authorization.k8s.io",), ("subjectaccessreviews",), ("create",)),
+    # Volume limits and topology, namespaceSelector of pod affinity.
+    _rule(("storage.k8s.io",), ("csinodes",), READ),
+    _rule(("storage.k8s.io",), ("volumeattachments",), READ),
+    _rule(("",), ("namespaces",), READ),
+    _rule(("storage.k8s.io",), ("csidrivers",), READ),
+    _rule(("storage.k8s.io",), ("csistoragecapacities",), READ),
+    # Dynamic resource allocation.
+    _rule(("resource.k8s.io",), ("deviceclasses",), READ),
+    _rule(("resource.k8s.io",), ("resourceclaims",), READ_UPDATE),
+    _rule(("resource.k8s.io",), ("resourceclaims/status",), READ_UPDATE),
+    _rule(("",), ("pods/finalizers",), ("update",)),
+    _rule(("resource.k8s.io",), ("resourceslices",), READ),
+    _rule(("resource.k8s.io",), ("resourceclaims",), ("create", "delete")),
+    _rule(("resource.k8s.io",), ("devicetaintrules",), READ),
+    _rule(("resource.k8s.io",), ("resourceclaims/binding",), ("update", "patch")),
 )
 
 
@@ -183,21 +250,41 @@ def service_account(scheduler_name: str, namespace: str) -> dict[str, Any]:
     }
 
 
+def scheduler_role(scheduler_name: str) -> dict[str, Any]:
+    """The scheduler's ClusterRole: SCHEDULER_RULES, no Lease."""
+    return {
+        "apiVersion": f"{RBAC_API_GROUP}/v1",
+        "kind": "ClusterRole",
+        "metadata": object_meta(f"{scheduler_name}:{SCHEDULER}", scheduler_name, None),
+        "rules": [dict(rule) for rule in SCHEDULER_RULES],
+    }
+
+
 def lease_role(scheduler_name: str, lease_namespace: str) -> dict[str, Any]:
-    """The Role on the scheduler's own Lease: system:kube-scheduler may get/update only the
-    Lease named kube-scheduler, this one needs the same two verbs on its own name."""
+    """The Role on the scheduler's own Lease: get and update, on its name only (leader
+    election reads and renews it; `lease` is created by the stack)."""
     return {
         "apiVersion": f"{RBAC_API_GROUP}/v1",
         "kind": "Role",
         "metadata": object_meta(f"{scheduler_name}:{LEASE}", scheduler_name, lease_namespace),
         "rules": [
             {
-                "apiGroups": ["coordination.k8s.io"],
+                "apiGroups": [LEASE_API_GROUP],
                 "resources": ["leases"],
                 "resourceNames": [scheduler_name],
                 "verbs": ["get", "update"],
             }
         ],
+    }
+
+
+def lease(scheduler_name: str, lease_namespace: str) -> dict[str, Any]:
+    """The Lease the scheduler elects its leader on, named after it. No spec: the holder's
+    fields are the scheduler's to write (client-go's LeaseLock takes an empty one)."""
+    return {
+        "apiVersion": f"{LEASE_API_GROUP}/v1",
+        "kind": "Lease",
+        "metadata": object_meta(scheduler_name, scheduler_name, lease_namespace),
     }
 
 
@@ -227,15 +314,22 @@ def role_binding(
 def role_bindings(
     scheduler_name: str, namespace: str, lease_namespace: str
 ) -> dict[str, dict[str, Any]]:
-    """Every binding of the scheduler's ServiceAccount, by suffix: the scheduler roles, then
-    the Role on its Lease (`lease_role`)."""
-    bindings = {
-        suffix: role_binding(scheduler_name, namespace, suffix, role_ref(kind, role), where)
-        for suffix, kind, role, where in SCHEDULER_ROLES
+    """Every binding of the scheduler's ServiceAccount, by suffix: its ClusterRole
+    (`scheduler_role`), the authentication reader's Role, the Role on its Lease
+    (`lease_role`)."""
+    roles = {
+        SCHEDULER: ("ClusterRole", scheduler_role(scheduler_name)["metadata"]["name"], None),
+        AUTH_READER: ("Role", AUTH_READER_ROLE, AUTH_READER_NAMESPACE),
+        LEASE: (
+            "Role",
+            lease_role(scheduler_name, lease_namespace)["metadata"]["name"],
+            lease_namespace,
+        ),
     }
-    lease = role_ref("Role", lease_role(scheduler_name, lease_namespace)["metadata"]["name"])
-    bindings[LEASE] = role_binding(scheduler_name, namespace, LEASE, lease, lease_namespace)
-    return bindings
+    return {
+        suffix: role_binding(scheduler_name, namespace, suffix, role_ref(kind, role), where)
+        for suffix, (kind, role, where) in roles.items()
+    }
 
 
 def deployment(

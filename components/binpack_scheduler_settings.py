@@ -14,7 +14,8 @@ arrive; that needs `image`, built from scheduler/ (upstream kube-scheduler lacks
 A name whose Lease the control plane's own components hold in kube-system (kube-scheduler,
 kube-controller-manager, cloud-controller-manager, apiserver-*) is refused: the two would take
 turns at one lock and one of them would stop. What counts as a GPU is the one definition in
-components/gpu_resources.py, which the admission gate uses too.
+components/gpu_resources.py; `gpuResources` adds names to it, for the scheduler, the admission
+gate and the monitoring alike (gpu_resources_with()).
 
 # Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/resource-bin-packing/
 """
@@ -22,14 +23,19 @@ components/gpu_resources.py, which the admission gate uses too.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Self
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from components.gpu_resources import DEVICE_PLUGIN_DOMAINS, GpuResources, is_gpu_resource
+from components.gpu_resources import (
+    GPU_RESOURCE_NAME,
+    GPU_RESOURCES_SHOWN,
+    GpuResources,
+    is_gpu_resource,
+)
 from components.images import IMAGE
 from components.kubernetes_names import is_dns1123_label, is_qualified_name
 from components.settings import Settings, between, choice, problem, text, unique
@@ -50,6 +56,9 @@ CONTROL_PLANE_LEASE_PREFIX = "apiserver-"
 # Resources a pod can request without a domain.
 # Ref: https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/
 NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+# GpuFragmentation models at most 16 GPU resources (whole, shared and MIG profiles together,
+# scheduler/fragmentation/model.go MaxKinds): the added names leave room for the operator's.
+MAX_ADDED_GPU_RESOURCES = 8
 _HUGEPAGES = re.compile(r"hugepages-[0-9]+(Ki|Mi|Gi|Ti|Pi|Ei)?", re.ASCII)
 
 
@@ -91,6 +100,8 @@ BINPACK = "binpack"
 FRAGMENTATION = "fragmentation"
 SCORINGS = (BINPACK, FRAGMENTATION)
 UPSTREAM_IMAGE = "registry.k8s.io/kube-scheduler"
+# Nothing advertised: the GPU resources of the settings alone (no GPU Operator).
+NO_GPU_RESOURCES = GpuResources(names=(), prefixes=())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,8 +133,9 @@ class SchedulerProfile:
     mig_prefix: str = ""
     """Prefix of MIG profile resources GpuFragmentation counts as slices of a GPU; "" for
     none (no MIG, or MIG devices advertised as whole GPUs)."""
-    advertised: GpuResources | None = None
-    """What the GPU Operator's device plugin advertises; GPUs besides the GPU domains'."""
+    gpus: GpuResources | None = None
+    """The GPU resources pods ask for (BinpackSchedulerSettings.gpu_resources_with()): GPUs
+    besides components/gpu_resources.py's GPU_NAMES and GPU_PREFIXES."""
 
     def __post_init__(self) -> None:
         lease = lease_conflict(self.scheduler_name)
@@ -133,7 +145,7 @@ class SchedulerProfile:
     @property
     def gpu_resource_names(self) -> tuple[str, ...]:
         """The GPU resources the profile weighs (GpuFragmentation counts them as GPUs)."""
-        return tuple(r.name for r in self.resources if is_gpu_resource(r.name, self.advertised))
+        return tuple(r.name for r in self.resources if is_gpu_resource(r.name, self.gpus))
 
 
 def lease_conflict(name: str) -> str:
@@ -145,6 +157,20 @@ def lease_conflict(name: str) -> str:
             f"choose another name, e.g. {DEFAULT_SCHEDULER_NAME}"
         )
     return ""
+
+
+def _at_most(count: int) -> Callable[[Sequence[str]], Sequence[str]]:
+    """An AfterValidator for lists: `count` items at most."""
+
+    def check(items: Sequence[str]) -> Sequence[str]:
+        if len(items) > count:
+            raise problem(
+                f"expected at most {count} names (the fragmentation scheduler models 16 GPU "
+                "resources, the GPU Operator's and MIG profiles included)"
+            )
+        return items
+
+    return check
 
 
 def is_requestable_resource(name: str) -> bool:
@@ -219,6 +245,17 @@ class BinpackSchedulerSettings(Settings):
     """Scheduler image, repository:tag or repository@sha256:digest; unset:
     registry.k8s.io/kube-scheduler:<kubernetesVersion>. scoring fragmentation needs an image
     built from scheduler/ (README: the fragmentation-aware scheduler)."""
+    gpu_resources: Annotated[
+        tuple[Annotated[str, GPU_RESOURCE_NAME], ...],
+        AfterValidator(unique("each resource at most once")),
+        AfterValidator(_at_most(MAX_ADDED_GPU_RESOURCES)),
+    ] = ()
+    """Extended resources that are GPUs besides the built-in ones (nvidia.com/gpu,
+    nvidia.com/gpu.shared, nvidia.com/mig-*, amd.com/gpu, gpu.intel.com/i915,
+    gpu.intel.com/xe), e.g. AMD partitions (amd.com/cpx_nps4) or a renamed time-sliced GPU: the
+    scheduler weighs them like its heaviest GPU resource, the gate routes pods that ask for
+    them, the monitoring counts them (at most 8). Any other resource, NICs in nvidia.com
+    included (nvidia.com/hostdev), is no GPU."""
 
     @field_validator("name")
     @classmethod
@@ -269,28 +306,46 @@ class BinpackSchedulerSettings(Settings):
                 )
         return shape
 
-    @field_validator("resource_weights")
-    @classmethod
-    def _weights_a_gpu(cls, weights: dict[str, int]) -> dict[str, int]:
-        if not any(is_gpu_resource(name) for name in weights):
+    @model_validator(mode="after")
+    def _weights_a_gpu(self) -> Self:
+        added = self.gpu_resources_with(NO_GPU_RESOURCES)
+        if not any(is_gpu_resource(name, added) for name in self.resource_weights):
             raise problem(
-                "expected at least one GPU resource (a device plugin's: "
-                f"{', '.join(d + '/...' for d in DEVICE_PLUGIN_DOMAINS)}, e.g. nvidia.com/gpu); "
-                "without one the profile does not bin-pack GPU pods"
+                f"expected at least one GPU resource ({GPU_RESOURCES_SHOWN}, or one of "
+                "scheduler.gpuResources); without one the profile does not bin-pack GPU pods",
+                at=".resourceWeights",
+                value=self.resource_weights,
             )
-        return weights
+        return self
+
+    def gpu_resources_with(self, advertised: GpuResources) -> GpuResources:
+        """The GPU resources pods ask for: what the device plugin advertises
+        (GpuOperatorSettings.gpu_resources()) and `gpu_resources`."""
+        return advertised.adding(self.gpu_resources)
 
     @property
     def profile(self) -> SchedulerProfile:
-        """The KubeSchedulerConfiguration profile these settings describe."""
+        """The KubeSchedulerConfiguration profile these settings describe (no GPU Operator)."""
+        return self.profile_with(NO_GPU_RESOURCES)
+
+    def profile_with(self, advertised: GpuResources) -> SchedulerProfile:
+        """The profile with what the device plugin advertises: every GPU resource
+        (gpu_resources_with()) that resource_weights leaves out is weighted like its heaviest
+        GPU resource; GpuFragmentation counts them, time-sliced ones and MIG profiles too."""
+        gpus = self.gpu_resources_with(advertised)
+        weights = dict(self.resource_weights)
+        gpu_weight = max(w for n, w in weights.items() if is_gpu_resource(n, gpus))
+        for name in gpus.names:
+            weights.setdefault(name, gpu_weight)
         return SchedulerProfile(
             scheduler_name=self.name,
             shape=self.shape,
-            resources=tuple(
-                ResourceWeight(name=n, weight=w) for n, w in self.resource_weights.items()
-            ),
+            resources=tuple(ResourceWeight(name=n, weight=w) for n, w in weights.items()),
             percentage_of_nodes_to_score=self.percentage_of_nodes_to_score,
             balanced_weight=self.balanced_allocation.weight,
             balanced_resources=self.balanced_allocation.resources,
             scoring=self.scoring,
+            shared_gpus=gpus.shared,
+            mig_prefix=next(iter(gpus.prefixes), ""),
+            gpus=gpus,
         )

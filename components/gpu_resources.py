@@ -1,11 +1,19 @@
-"""What counts as a GPU: the one definition the binpack scheduler and the admission gate share.
+"""What counts as a GPU: the one definition the binpack scheduler, the admission gate and the
+monitoring share.
 
-A GPU resource is any extended resource in a GPU device plugin's domain (nvidia.com/gpu,
-nvidia.com/gpu.shared, nvidia.com/mig-1g.5gb, amd.com/gpu, gpu.intel.com/i915, ...). The
-scheduler weighs and counts these as GPUs (BinpackScheduler); the gate keeps every pod that
-asks for one on that scheduler (OpaGate: the prefixes below are part of its data whatever the
-GPU Operator advertises). The GPU Operator's settings add what its device plugin advertises
-(GpuResources: names, MIG prefixes, time-sliced replicas), which the domains already cover.
+A GPU resource is one of the names a GPU device plugin gives its GPUs, whole or shared
+(GPU_NAMES), a MIG profile (GPU_PREFIXES), or a name the stack config adds
+(`scheduler.gpuResources`, validated by GPU_RESOURCE_NAME). Being in a GPU vendor's domain is
+not enough: NVIDIA's Network Operator advertises NICs as nvidia.com resources too (the SR-IOV
+network device plugin's nvidia.com/hostdev, the SR-IOV Network Operator's nvidia.com/<policy>,
+the RDMA shared device plugin's resources when their prefix is set to nvidia.com), and a pod
+that asks only for one of those is no GPU pod: the gate leaves it alone and the scheduler does
+not weigh it as a GPU.
+
+The GPU Operator's settings say what its device plugin advertises (GpuResources: names, MIG
+prefixes, time-sliced replicas); BinpackSchedulerSettings.gpu_resources_with() adds the
+configured names, and that one GpuResources is what the scheduler weighs, the gate routes and
+the monitoring counts, each on top of the names below.
 """
 
 from __future__ import annotations
@@ -13,21 +21,56 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from components.kubernetes_names import is_qualified_name
+from components.settings import problem, text
+
+# NICs NVIDIA's Network Operator advertises in the nvidia.com domain, none of them a GPU: the
+# SR-IOV network device plugin's resources (NicClusterPolicy sriovDevicePlugin, resourcePrefix
+# nvidia.com: nvidia.com/hostdev), the SR-IOV Network Operator's (its chart's resourcePrefix
+# nvidia.com: nvidia.com/<policy resourceName>), the RDMA shared device plugin's
+# (rdma/<resourceName>, or nvidia.com/rdma_shared_device_a with a configList resourcePrefix).
+# Ref: https://github.com/Mellanox/network-operator/blob/master/example/crs/mellanox.com_v1alpha1_nicclusterpolicy_cr-full.yaml
+# Ref: https://github.com/Mellanox/network-operator/blob/master/deployment/network-operator/values.yaml
+# Ref: https://github.com/Mellanox/k8s-rdma-shared-dev-plugin/blob/master/pkg/resources/resources_manager.go
+
 # Domains whose resources a device plugin advertises and keeps up to date on each node
-# (NVIDIA: nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-*; AMD; Intel). Advertising
-# one of them by hand would fight the device plugin and lie to the scheduler about devices.
+# (NVIDIA's GPUs and NICs, AMD, Intel). Advertising one of them by hand would fight the device
+# plugin and lie to the scheduler about devices; which of them are GPUs is below.
 # Ref: https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/
 DEVICE_PLUGIN_DOMAINS = ("nvidia.com", "amd.com", "gpu.intel.com")
 
-# Every resource of these domains is a GPU (or a slice of one).
-GPU_RESOURCE_PREFIXES: tuple[str, ...] = tuple(f"{domain}/" for domain in DEVICE_PLUGIN_DOMAINS)
-# Whole NVIDIA GPUs: named as well, so a list of names is never empty.
+# Whole NVIDIA GPUs (MIG devices too under mig.strategy single).
 WHOLE_GPU = "nvidia.com/gpu"
+# Time-sliced (or MPS) NVIDIA GPUs with renameByDefault: `<resource>.shared`.
+# Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-sharing.html
+SHARED_GPU = "nvidia.com/gpu.shared"
+# One resource per MIG profile under mig.strategy mixed (nvidia.com/mig-1g.5gb, and
+# nvidia.com/mig-1g.5gb.shared when shared), so matched by prefix.
+# Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-mig.html
+MIG_PREFIX = "nvidia.com/mig-"
+# AMD's device plugin: every GPU (or partition, resource_naming_strategy single) as amd.com/gpu.
+# Under resource_naming_strategy mixed, partitions are amd.com/<compute>_<memory>
+# (amd.com/cpx_nps4): add those names with scheduler.gpuResources.
+# Ref: https://github.com/ROCm/k8s-device-plugin/blob/master/docs/user-guide/configuration.md
+AMD_GPU = "amd.com/gpu"
+# Intel's GPU plugin: a GPU of the i915 or the xe kernel driver. Its *_monitoring resources
+# (every GPU of the node, for a metrics exporter) are not GPUs a pod is scheduled for.
+# Ref: https://github.com/intel/intel-device-plugins-for-kubernetes/blob/main/cmd/gpu_plugin/README.md
+INTEL_GPUS = ("gpu.intel.com/i915", "gpu.intel.com/xe")
+
+GPU_NAMES: tuple[str, ...] = (WHOLE_GPU, SHARED_GPU, AMD_GPU, *INTEL_GPUS)
+"""Every GPU resource known by name, whatever the stack config says."""
+GPU_PREFIXES: tuple[str, ...] = (MIG_PREFIX,)
+"""Prefixes of the GPU resources whose names cannot be listed in advance."""
+
+GPU_RESOURCES_SHOWN = ", ".join([*GPU_NAMES, *(f"{p}<profile>" for p in GPU_PREFIXES)])
+"""The built-in GPU resources as messages name them."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class GpuResources:
-    """The extended resources GPU pods ask for under the operator's settings."""
+    """The extended resources GPU pods ask for under the operator's settings (and the names
+    the stack config adds)."""
 
     names: tuple[str, ...]
     """Exact resource names (gated, weighted by the binpack scheduler)."""
@@ -37,19 +80,55 @@ class GpuResources:
     """(name, replicas) of each time-sliced resource: one of its units is 1/replicas of a GPU
     (the fragmentation-aware scheduler counts it so)."""
 
+    def adding(self, names: Iterable[str]) -> GpuResources:
+        """These resources and `names` (each name once, in order)."""
+        return GpuResources(
+            names=tuple(dict.fromkeys([*self.names, *names])),
+            prefixes=self.prefixes,
+            shared=self.shared,
+        )
+
 
 def is_gpu_resource(name: str, extra: GpuResources | None = None) -> bool:
-    """A GPU resource: in a GPU device plugin's domain, or one of `extra`'s names or prefixes."""
-    if name.startswith(GPU_RESOURCE_PREFIXES):
+    """A GPU resource: one of GPU_NAMES or GPU_PREFIXES, or one of `extra`'s names or prefixes."""
+    if name in GPU_NAMES or name.startswith(GPU_PREFIXES):
         return True
     return extra is not None and (name in extra.names or name.startswith(extra.prefixes))
 
 
 def gated_names(names: Iterable[str]) -> list[str]:
-    """The exact names the gate matches: `names` and whole NVIDIA GPUs, sorted, once each."""
-    return sorted({WHOLE_GPU, *names})
+    """The exact names the gate matches: every GPU_NAMES entry and `names`, sorted, once each."""
+    return sorted({*GPU_NAMES, *names})
 
 
 def gated_prefixes(prefixes: Iterable[str]) -> list[str]:
-    """The prefixes the gate matches: every GPU domain and `prefixes`, sorted, once each."""
-    return sorted({*GPU_RESOURCE_PREFIXES, *(p for p in prefixes if p)})
+    """The prefixes the gate matches: GPU_PREFIXES and `prefixes`, sorted, once each."""
+    return sorted({*GPU_PREFIXES, *(p for p in prefixes if p)})
+
+
+def is_extended_resource_name(name: str) -> bool:
+    """Kubernetes' rule for an extended resource name: domain/name outside the kubernetes.io
+    domain, not starting with `requests.`, and a qualified name once `requests.` is put in
+    front (how a ResourceQuota names it).
+
+    # Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/pkg/apis/core/helper/helpers.go (IsExtendedResourceName)
+    """
+    if "/" not in name or "kubernetes.io/" in name or name.startswith("requests."):
+        return False
+    return is_qualified_name(f"requests.{name}")
+
+
+def _added_gpu_resource(name: str) -> bool:
+    if not is_extended_resource_name(name):
+        return False
+    if is_gpu_resource(name):
+        raise problem(f"already a GPU resource ({GPU_RESOURCES_SHOWN}); leave it out")
+    return True
+
+
+GPU_RESOURCE_NAME = text(
+    _added_gpu_resource,
+    "expected an extended resource name, domain/name outside kubernetes.io (e.g. "
+    f"amd.com/cpx_nps4), that is not already a GPU resource ({GPU_RESOURCES_SHOWN})",
+)
+"""A name the stack config adds to the GPU resources."""

@@ -3,7 +3,8 @@
 Pure functions, settings in, plain dicts out; components/monitoring_stack.py turns them into
 resources. The dashboard (components/dashboards/gpu.json) and the alert rules
 (components/alerts/*.rules.yaml) are read from their files and filled in with the GPU resources
-the stack counts (in kube-state-metrics' names) and dcgm-exporter's job.
+the stack counts (in kube-state-metrics' names), dcgm-exporter's job and the GPU Operator's
+label for a node taken out of GPU service on purpose.
 """
 
 from __future__ import annotations
@@ -20,7 +21,12 @@ import yaml
 from components.gpu_operator_manifests import deep_merge
 from components.gpu_operator_settings import DcgmTarget
 from components.gpu_resources import GpuResources
-from components.monitoring_stack_settings import MonitoringStackSettings
+from components.monitoring_stack_settings import (
+    KUBE_STATE_METRICS,
+    LABELS_ALLOWLIST,
+    MonitoringStackSettings,
+    parse_labels_allowlist,
+)
 from components.object_meta import PART_OF, object_meta
 from components.settings import PROJECT
 
@@ -41,9 +47,18 @@ DCGM_SERVICE_MONITOR = "dcgm-exporter"
 MONITORING_API = "monitoring.coreos.com/v1"
 # The job label of dcgm-exporter's series (set by dcgm_endpoint): the absence alerts select it.
 DCGM_JOB = "dcgm-exporter"
+# The GPU Operator's documented way to take every operand (driver, device plugin,
+# dcgm-exporter...) off a node on purpose: this node label with this value. The GPU alerts
+# leave such a node out (gpu.rules.yaml), reading the label from kube-state-metrics'
+# kube_node_labels, which carries it only once allow-listed (stack_values).
+# Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/getting-started.html (Preventing Installation of Operands on Some Nodes)
+# Ref: https://github.com/NVIDIA/gpu-operator/blob/v26.3.3/controllers/state_manager.go (hasOperandsDisabled)
+OPERANDS_LABEL = "nvidia.com/gpu.deploy.operands"
+OPERANDS_DISABLED = "false"
 # Placeholders in gpu.rules.yaml, filled in by rule_groups(): PromQL has no variables.
 GPU_RESOURCES_PLACEHOLDER = "$gpu_resources"
 DCGM_JOB_PLACEHOLDER = "$dcgm_job"
+OPERANDS_DISABLED_PLACEHOLDER = "$operands_disabled"
 _PLACEHOLDER = re.compile(r"\$[A-Za-z_]")
 # The rule group on missing dcgm-exporter data: deployed only when the stack scrapes it.
 DCGM_ABSENCE_GROUP = f"{PROJECT}.gpu.absent"
@@ -53,11 +68,40 @@ DASHBOARD_RESOURCES_VARIABLE = "gpu_resources"
 # outside [a-zA-Z0-9_] with `_`: nvidia.com/mig-1g.10gb -> nvidia_com_mig_1g_10gb.
 # Ref: https://github.com/kubernetes/kube-state-metrics/blob/main/internal/store/utils.go (sanitizeLabelName)
 _KSM_INVALID = re.compile(r"[^a-zA-Z0-9_]")
+# kube_<resource>_labels: `label_` + the key sanitised, then snake-cased (a lower case letter or
+# digit before an upper case one gets a `_`), all lower case.
+_KSM_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
+# kube-state-metrics' allowlist entry that exports every label of a resource.
+# Ref: https://github.com/kubernetes/kube-state-metrics/blob/main/internal/store/utils.go (createPrometheusLabelKeysValues)
+_KSM_EVERY_LABEL = "*"
 
 
 def kube_state_metrics_resource(name: str) -> str:
     """A Kubernetes resource name as kube-state-metrics exports it in its `resource` label."""
     return _KSM_INVALID.sub("_", name)
+
+
+def kube_state_metrics_label(key: str) -> str:
+    """The Prometheus label kube-state-metrics' kube_<resource>_labels gives an allow-listed
+    Kubernetes label: nvidia.com/gpu.deploy.operands -> label_nvidia_com_gpu_deploy_operands.
+
+    # Ref: https://github.com/kubernetes/kube-state-metrics/blob/main/internal/store/utils.go (labelName)
+    """
+    return "label_" + _KSM_CAMEL.sub(r"\1_\2", _KSM_INVALID.sub("_", key)).lower()
+
+
+def labels_allowlist(entries: list[str]) -> list[str]:
+    """kube-state-metrics' metricLabelsAllowlist: `entries` (the chart values', checked by the
+    settings) with OPERANDS_LABEL added to the node labels, one entry per resource.
+
+    One entry per resource because kube-state-metrics keeps only the last group of a resource
+    named twice: a second `nodes=[...]` beside the user's would drop one of them.
+    """
+    groups = parse_labels_allowlist(entries)
+    nodes = groups.setdefault("nodes", [])
+    if nodes[:1] != [_KSM_EVERY_LABEL] and OPERANDS_LABEL not in nodes:
+        nodes.append(OPERANDS_LABEL)
+    return [f"{resource}=[{','.join(labels)}]" for resource, labels in groups.items()]
 
 
 def gpu_resource_regex(resources: GpuResources) -> str:
@@ -95,12 +139,15 @@ def load_rule_groups(path: Path = RULES_FILE) -> list[dict[str, Any]]:
 def rule_groups(
     resources: GpuResources, *, dcgm_scraped: bool = True, path: Path = RULES_FILE
 ) -> list[dict[str, Any]]:
-    """gpu.rules.yaml as deployed: $gpu_resources and $dcgm_job filled in, and the group on
-    missing dcgm-exporter data left out when nothing scrapes dcgm-exporter (it would fire for
-    good)."""
+    """gpu.rules.yaml as deployed: $gpu_resources, $dcgm_job and $operands_disabled filled in,
+    and the group on missing dcgm-exporter data left out when nothing scrapes dcgm-exporter (it
+    would fire for good)."""
     values = {
         GPU_RESOURCES_PLACEHOLDER: gpu_resource_regex(resources),
         DCGM_JOB_PLACEHOLDER: DCGM_JOB,
+        OPERANDS_DISABLED_PLACEHOLDER: (
+            f'{kube_state_metrics_label(OPERANDS_LABEL)}="{OPERANDS_DISABLED}"'
+        ),
     }
     groups = []
     for group in load_rule_groups(path):
@@ -172,7 +219,8 @@ def dcgm_endpoint(port: str, interval: str) -> dict[str, Any]:
 
 def stack_values(settings: MonitoringStackSettings, grafana_secret: str) -> dict[str, Any]:
     """The chart values: CRD upgrades, selectors, Grafana admin Secret and sidecar, then
-    `settings.values`."""
+    `settings.values`, then the node label the GPU alerts read in kube-state-metrics'
+    allowlist (labels_allowlist: merged with the one in `settings.values`, not replaced)."""
     typed: dict[str, Any] = {
         # The chart's CRD hook Job (pre-install, pre-upgrade, pre-rollback) runs
         # `kubectl apply --server-side` on the new version's CRDs before Helm touches the
@@ -197,7 +245,13 @@ def stack_values(settings: MonitoringStackSettings, grafana_secret: str) -> dict
             },
         },
     }
-    return deep_merge(typed, settings.values)
+    values = deep_merge(typed, settings.values)
+    kube_state_metrics = dict(values.get(KUBE_STATE_METRICS) or {})
+    kube_state_metrics[LABELS_ALLOWLIST] = labels_allowlist(
+        list(kube_state_metrics.get(LABELS_ALLOWLIST) or [])
+    )
+    values[KUBE_STATE_METRICS] = kube_state_metrics
+    return values
 
 
 def monitoring_namespace(name: str) -> dict[str, Any]:

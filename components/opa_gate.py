@@ -1,21 +1,25 @@
 """OpaGate: admission control that keeps GPU pods on the binpack scheduler.
 
-It judges pod CREATEs that request or limit a GPU resource (any resource of a GPU device
-plugin's domain, components/gpu_resources.py: the one definition the binpack scheduler weighs
-too; what the GPU Operator's settings advertise, and the extended resources this stack
-advertises) or ask for devices through DRA (spec.resourceClaims): unless spec.schedulerName is
-the binpack scheduler they are refused, with a message naming the pod, the resource and the
-required scheduler. A container that sets NVIDIA_VISIBLE_DEVICES (to anything but void or
-none) without requesting a GPU itself is refused too: with the container toolkit's default it
-would reach every GPU of its node unseen (GpuOperator also tells the toolkit to ignore the
-variable; the gate is for what the toolkit's settings do not cover, privileged containers and
-a toolkit the stack does not install). Two kinds of pod are not judged: a node's mirror pods
-of its static pods (they run whatever the gate says; refusing the mirror only hides their
-GPUs from the scheduler), recognised exactly as NodeRestriction admits them, and the GPU
-Operator's own pods (GpuOperatorSettings.operator_pods(): in its namespace, created by its
-validator or by the DaemonSet controller for a DaemonSet). The scheduler name, resource names,
-pool toleration and operator's pods are data handed over from the layers that own them, never
-written into the policy source. Three engines:
+It judges pod CREATEs that request or limit a GPU resource (components/gpu_resources.py: the
+one definition the binpack scheduler weighs too; what the GPU Operator's settings advertise,
+and the extended resources this stack advertises) or ask for devices through DRA
+(spec.resourceClaims): unless spec.schedulerName is the binpack scheduler they are refused,
+with a message naming the pod, the resource and the required scheduler. A container that sets
+NVIDIA_VISIBLE_DEVICES (to anything but void or none) without requesting a GPU itself is
+refused too: with the container toolkit's default it would reach every GPU of its node unseen
+(GpuOperator also tells the toolkit to ignore the variable; the gate is for what the toolkit's
+settings do not cover, privileged containers and a toolkit the stack does not install). That
+rule also judges the ephemeral containers `kubectl debug` adds to a running pod (an UPDATE of
+pods/ephemeralcontainers), which cannot request a GPU at all. Two kinds of pod are not judged:
+a node's mirror pods of its static pods (they run whatever the gate says; refusing the mirror
+only hides their GPUs from the scheduler), recognised exactly as NodeRestriction admits them,
+and the GPU Operator's own pods (GpuOperatorSettings.operator_pods(): in its namespace,
+created by its validator or by the DaemonSet controller for a DaemonSet), whether the stack
+installs the operator or it runs outside the stack (admission.externalGpuOperatorNamespace).
+The scheduler name, resource names, pool toleration and operator's pods are data handed over
+from the layers that own them, never written into the policy source. Every GPU pod the gate
+admits tolerates the GPU pool's taint, or the stack config is refused
+(opa_gate_settings.pool_toleration_problem). Three engines:
 - `mutating-admission-policy` (the default; Kubernetes v1.36+, where the API is GA): a
   MutatingAdmissionPolicy first routes GPU pods that leave spec.schedulerName unset to the
   binpack scheduler and adds the GPU pool's toleration when no toleration of theirs covers
@@ -26,10 +30,12 @@ written into the policy source. Three engines:
   name reach them as data); nothing pushes policies at run time, so a restarted OPA is
   ready as soon as it has read its files. A CA and serving certificate from pulumi-tls (kept
   in state, renewed in the last 30 days of the serving certificate). Only pods that request a
-  gated resource or mention NVIDIA_VISIBLE_DEVICES are sent to OPA (matchConditions).
+  gated resource or mention NVIDIA_VISIBLE_DEVICES, and ephemeral containers added with the
+  variable, are sent to OPA (matchConditions). GPU pods get the pool's toleration only from
+  the API server's ExtendedResourceToleration plugin (controlPlane.admissionPlugins).
 - `validating-admission-policy`: a native ValidatingAdmissionPolicy (CEL, GA since 1.30)
   with the same data written into its CEL and the same rule and message as OPA's; no webhook
-  server at all.
+  server at all. Tolerations as with `opa`.
 
 This module turns the objects of components/opa_gate_manifests.py into resources and wires
 them (the settings are components/opa_gate_settings.py); the TLS material, Pulumi state, is
@@ -101,8 +107,8 @@ class OpaGateArgs(OpaGateSettings):
     """Extra resource name prefixes to gate, e.g. MIG profiles under mig.strategy mixed
     (every GPU device plugin's domain is always gated)."""
     operator_pods: Annotated[OperatorPods | None, Runtime()] = None
-    """The GPU Operator's own pods (GpuOperatorSettings.operator_pods()), let through; None
-    when the operator is not deployed."""
+    """The GPU Operator's own pods (GpuOperatorSettings.operator_pods(), of the stack's operator
+    or of the one external_gpu_operator_namespace names), let through; None without either."""
     pool_toleration: Annotated[
         pulumi.Output[dict[str, str]] | Mapping[str, str] | None, Runtime()
     ] = None
@@ -118,6 +124,8 @@ class OpaGateArgs(OpaGateSettings):
 
 class OpaGate(ClusterLayer):
     """Keeps GPU pods on the binpack scheduler, with OPA or a ValidatingAdmissionPolicy."""
+
+    CONFIG_SECTION = "admission"
 
     engine: pulumi.Output[str]
     """The engine in use."""

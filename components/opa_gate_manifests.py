@@ -124,7 +124,7 @@ def namespace_selector(gate_namespace: str) -> dict[str, Any]:
 
 
 def pod_create_rule() -> dict[str, Any]:
-    """The one request every engine judges: a pod CREATE (core v1)."""
+    """A pod CREATE (core v1): what every engine judges, and all the routing policy mutates."""
     return {
         "operations": ["CREATE"],
         "apiGroups": [""],
@@ -133,11 +133,34 @@ def pod_create_rule() -> dict[str, Any]:
     }
 
 
-def policy_match_constraints(gate_namespace: str) -> dict[str, Any]:
-    """matchConstraints of both native policies: pod CREATEs outside excluded_namespaces()."""
+def ephemeral_containers_rule() -> dict[str, Any]:
+    """An UPDATE of a pod's ephemeralcontainers subresource: how `kubectl debug` adds a
+    container, NVIDIA_VISIBLE_DEVICES and all, to a running pod. The request's object is the
+    whole Pod (oldObject the pod before), which the engines judge as they judge a CREATE.
+    Ref: https://kubernetes.io/docs/concepts/workloads/pods/ephemeral-containers/
+    """
+    return {
+        "operations": ["UPDATE"],
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "resources": ["pods/ephemeralcontainers"],
+    }
+
+
+def judged_rules() -> list[dict[str, Any]]:
+    """The requests the refusing side of every engine judges: a pod CREATE, and an UPDATE of
+    pods/ephemeralcontainers (only NVIDIA_VISIBLE_DEVICES in the containers it adds)."""
+    return [pod_create_rule(), ephemeral_containers_rule()]
+
+
+def policy_match_constraints(
+    gate_namespace: str, rules: Sequence[Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
+    """matchConstraints of a native policy: `rules` (default judged_rules()) outside
+    excluded_namespaces()."""
     return {
         "namespaceSelector": namespace_selector(gate_namespace),
-        "resourceRules": [pod_create_rule()],
+        "resourceRules": [dict(r) for r in (judged_rules() if rules is None else rules)],
     }
 
 
@@ -151,10 +174,11 @@ def gpu_request_condition(config: Mapping[str, Any]) -> str:
 
 
 def webhook_condition(config: Mapping[str, Any]) -> str:
-    """CEL, the webhook's match condition: a GPU request (gpu_request_condition), or
-    NVIDIA_VISIBLE_DEVICES in some container, from a pod the policy judges (not a mirror pod,
-    not the GPU Operator's own: the device plugin's pods set the variable). Other pods never
-    reach OPA, so an OPA outage cannot hold them back."""
+    """CEL, the webhook's match condition: a GPU request of a pod being created
+    (gpu_request_condition), or NVIDIA_VISIBLE_DEVICES in a container the request brings (a
+    new pod's, or an ephemeral container being added), from a pod the policy judges (not a
+    mirror pod, not the GPU Operator's own: the device plugin's pods set the variable). Other
+    requests never reach OPA, so an OPA outage cannot hold them back."""
     return f"!({cel.exempt(config)}) && ({cel.judged(config)})"
 
 
@@ -221,7 +245,8 @@ def routing_policy_spec(
     return {
         "failurePolicy": failure_policy,
         "reinvocationPolicy": "IfNeeded",
-        "matchConstraints": policy_match_constraints(gate_namespace),
+        # Pod creations only: nothing routes a running pod.
+        "matchConstraints": policy_match_constraints(gate_namespace, [pod_create_rule()]),
         "matchConditions": [
             {"name": "requests-gpu", "expression": gpu_request_condition(config)},
             {"name": "not-bound", "expression": cel.UNBOUND},
@@ -455,8 +480,9 @@ def webhook_spec(
     """The ValidatingWebhookConfiguration's one webhook; OPA answers at path `/`.
 
     `config` is gate_data(): only pod CREATEs that ask for one of its GPU resources or mention
-    NVIDIA_VISIBLE_DEVICES are sent (matchConditions, GA since 1.30); with failurePolicy Fail
-    an OPA outage then holds back those pods only.
+    NVIDIA_VISIBLE_DEVICES, and ephemeral containers added with the variable, are sent
+    (judged_rules() and matchConditions, GA since 1.30); with failurePolicy Fail an OPA outage
+    then holds back those requests only.
     Ref: https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/#matching-requests-matchconditions
     """
     return {
@@ -468,7 +494,7 @@ def webhook_spec(
         "timeoutSeconds": timeout_seconds,
         "matchPolicy": "Equivalent",
         "namespaceSelector": namespace_selector(gate_namespace),
-        "rules": [{**pod_create_rule(), "scope": "Namespaced"}],
+        "rules": [{**rule, "scope": "Namespaced"} for rule in judged_rules()],
         "matchConditions": [{"name": "gpu-pod", "expression": webhook_condition(config)}],
         "clientConfig": dict(client_config),
     }

@@ -7,7 +7,9 @@
 # set (a pod created bound to a node is never scheduled, whatever its schedulerName).
 # It is denied too when a container sets NVIDIA_VISIBLE_DEVICES (to anything but void or
 # none) without requesting a GPU itself: the container toolkit may give it every GPU of its
-# node. Not judged: a node's mirror pods of its static pods, and the GPU Operator's own pods
+# node. That rule also judges the ephemeral containers an UPDATE of the pods/ephemeralcontainers
+# subresource adds to a running pod (`kubectl debug --env NVIDIA_VISIBLE_DEVICES=all`).
+# Not judged: a node's mirror pods of its static pods, and the GPU Operator's own pods
 # (data.gpu_cluster.config.operator_pods).
 #
 # Input: an admission.k8s.io/v1 AdmissionReview (input.request).
@@ -110,13 +112,22 @@ spec := pod.spec
 
 spec_is_object if is_object(spec)
 
-# schedulerName and extended resources cannot change after creation, so only CREATE
-# is evaluated. Either the kind or the resource naming a pod is enough; subresources
+# schedulerName and extended resources cannot change after creation, so the GPU rules judge
+# only CREATE. Either the kind or the resource naming a pod is enough; subresources
 # (pods/binding, pods/eviction) carry other objects and are not pod creations.
 pod_create if {
 	request.operation == "CREATE"
 	pod_kind
 	not subresource_request
+}
+
+# Containers join a running pod only as ephemeral containers, through an UPDATE of its
+# ephemeralcontainers subresource, whose object is the whole pod (oldObject the pod before).
+# Ref: https://kubernetes.io/docs/concepts/workloads/pods/ephemeral-containers/
+ephemeral_containers_update if {
+	request.operation == "UPDATE"
+	pod_kind
+	request.subResource == "ephemeralcontainers"
 }
 
 subresource_request if {
@@ -241,10 +252,27 @@ visible_devices := "NVIDIA_VISIBLE_DEVICES"
 
 no_device_values := {"", "none", "void"}
 
-# Containers that set the variable to name devices without requesting a GPU themselves.
-unrequested_visible_devices contains container_label(container) if {
+# The containers the request brings: every container of a pod being created; the ephemeral
+# containers an UPDATE adds (existing ones cannot change; a name the old pod lacks is new).
+new_containers contains container if {
+	pod_create
 	some field in container_fields
 	some container in spec[field]
+}
+
+new_containers contains container if {
+	ephemeral_containers_update
+	some container in spec.ephemeralContainers
+	not container.name in previous_ephemeral_names
+}
+
+previous_ephemeral_names contains container.name if {
+	some container in request.oldObject.spec.ephemeralContainers
+}
+
+# New containers that set the variable to name devices without requesting a GPU themselves.
+unrequested_visible_devices contains container_label(container) if {
+	some container in new_containers
 	some env in container.env
 	env.name == visible_devices
 	not no_device(env)
@@ -369,7 +397,6 @@ deny contains msg if {
 }
 
 deny contains msg if {
-	pod_create
 	not exempt
 	some container in unrequested_visible_devices
 	msg := sprintf(

@@ -7,11 +7,13 @@ pods) is written in as literals. tests/fixtures/gate_samples.yaml holds the samp
 engines must judge alike (tests/integration/test_opa_gate_live.py runs them).
 
 Rule by rule, against policies/gpu_scheduler.rego:
-- `requested_gpu_resources` -> gpu_requests_by_container(), CLAIM_NAMES / requests_gpu(): a
-  gated resource asked for (requests or limits) by any container, initContainer or
-  ephemeralContainer, quantity above zero; and each DRA claim in spec.resourceClaims.
+- `new_containers` -> NEW_CONTAINERS: every container of a pod CREATE; the ephemeral
+  containers an UPDATE of pods/ephemeralcontainers adds.
+- `requested_gpu_resources` -> gpu_requests_by_container(), CLAIM_NAMES / requests_gpu(): on a
+  pod CREATE, a gated resource asked for (requests or limits) by any container, initContainer
+  or ephemeralContainer, quantity above zero; and each DRA claim in spec.resourceClaims.
 - `mirror_pod` -> MIRROR_POD, `operator_pod` -> operator_pod(), `exempt` -> variable exempt.
-- `unrequested_visible_devices` -> unrequested_visible_devices(): containers that set
+- `unrequested_visible_devices` -> unrequested_visible_devices(): new containers that set
   NVIDIA_VISIBLE_DEVICES (not to void or none) and request no GPU themselves.
 - `deny` (not on the scheduler) -> the first of validations().
 - `deny` (spec.nodeName preset) -> the second of validations().
@@ -28,11 +30,21 @@ from typing import Any
 # What kube-apiserver fills in for a pod that leaves spec.schedulerName unset.
 DEFAULT_SCHEDULER = "default-scheduler"
 
-# Every container of the pod under review.
-CONTAINERS = (
-    "object.spec.containers"
-    " + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
-    " + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])"
+# The request creates a pod; otherwise it is an UPDATE of pods/ephemeralcontainers (the only
+# other request the validating engines match).
+CREATING = "request.operation == 'CREATE'"
+# An ephemeral container `c` the pod had before this request (they cannot be changed or removed).
+_EPHEMERAL_BEFORE = (
+    "(oldObject != null && has(oldObject.spec.ephemeralContainers)"
+    " && oldObject.spec.ephemeralContainers.exists(o, o.name == c.name))"
+)
+# The containers the request brings: every container of a pod it creates; the ephemeral
+# containers an UPDATE of pods/ephemeralcontainers adds (`kubectl debug`).
+NEW_CONTAINERS = (
+    f"({CREATING} ? object.spec.containers"
+    " + (has(object.spec.initContainers) ? object.spec.initContainers : []) : [])"
+    " + (has(object.spec.ephemeralContainers)"
+    f" ? object.spec.ephemeralContainers.filter(c, {CREATING} || !{_EPHEMERAL_BEFORE}) : [])"
 )
 
 # The smallest string of a non-empty list L (no sort() in the API server's CEL).
@@ -89,11 +101,11 @@ HAS_CLAIMS = "has(object.spec.resourceClaims) && size(object.spec.resourceClaims
 
 
 def requests_gpu(config: Mapping[str, Any]) -> str:
-    """True when the pod asks for a gated GPU resource or a DRA claim; usable without
-    variables (a match condition), with the gate data written in."""
+    """True when a pod being created asks for a gated GPU resource or a DRA claim; usable
+    without variables (a match condition), with the gate data written in."""
     resources, prefixes = gate_lists(config)
-    by_container = gpu_requests_by_container(f"({CONTAINERS})", resources, prefixes)
-    return f"{by_container}.exists(l, size(l) > 0) || ({HAS_CLAIMS})"
+    by_container = gpu_requests_by_container(f"({NEW_CONTAINERS})", resources, prefixes)
+    return f"{CREATING} && ({by_container}.exists(l, size(l) > 0) || ({HAS_CLAIMS}))"
 
 
 # --------------------------------------------------------------------------- no GPU unrequested
@@ -111,9 +123,11 @@ SETS_VISIBLE_DEVICES = (
     f"has(c.env) && c.env.exists(e, e.name == {literal(VISIBLE_DEVICES)}"
     f" && (has(e.valueFrom) || (has(e.value) && !(e.value in {literal(NO_DEVICE_VALUES)}))))"
 )
-# Some container of the pod mentions the variable at all (the webhook sends those to OPA).
+# Some container the request brings mentions the variable at all (the webhook sends those to
+# OPA).
 MENTIONS_VISIBLE_DEVICES = (
-    f"({CONTAINERS}).exists(c, has(c.env) && c.env.exists(e, e.name == {literal(VISIBLE_DEVICES)}))"
+    f"({NEW_CONTAINERS}).exists(c, has(c.env)"
+    f" && c.env.exists(e, e.name == {literal(VISIBLE_DEVICES)}))"
 )
 
 
@@ -126,8 +140,9 @@ def unrequested_visible_devices(containers: str, resources: str, prefixes: str) 
 
 
 def judged(config: Mapping[str, Any]) -> str:
-    """True when the policy has something to judge: a GPU request, or NVIDIA_VISIBLE_DEVICES
-    in some container; usable without variables (the webhook's match condition)."""
+    """True when the policy has something to judge: a GPU request of a pod being created, or
+    NVIDIA_VISIBLE_DEVICES in a container the request brings; usable without variables (the
+    webhook's match condition)."""
     return f"{requests_gpu(config)} || {MENTIONS_VISIBLE_DEVICES}"
 
 
@@ -186,12 +201,14 @@ def validation_variables(config: Mapping[str, Any]) -> dict[str, str]:
         "gpuResources": resources,
         "gpuPrefixes": prefixes,
         "requiredScheduler": literal(config["scheduler_name"]),
-        "containers": CONTAINERS,
+        "containers": NEW_CONTAINERS,
         "gpuByContainer": gpu_requests_by_container(
             "variables.containers", "variables.gpuResources", "variables.gpuPrefixes"
         ),
-        # The first GPU resource (by name) of each container asking for one, and each claim.
-        "gpuNames": "variables.gpuByContainer.filter(l, size(l) > 0)"
+        # The first GPU resource (by name) of each container asking for one, and each claim,
+        # of a pod being created (an ephemeral container cannot ask for resources, and what a
+        # running pod asks for was judged when it was created).
+        "gpuNames": f"!({CREATING}) ? [] : variables.gpuByContainer.filter(l, size(l) > 0)"
         ".map(l, " + _SMALLEST.format(l="l") + f") + ({CLAIM_NAMES})",
         "podName": "(has(object.metadata.namespace) && object.metadata.namespace != ''"
         " ? object.metadata.namespace : request.namespace) + '/'"

@@ -647,3 +647,85 @@ test_visible_devices_are_judged_without_gate_data if {
 	deny == {visible_devices_denial("main")} with input as review_of({"spec": {"containers": [with_env("main", cpu_only, visible_devices_all)]}})
 		with data.gpu_cluster.config as {}
 }
+
+# Ephemeral containers added to a running pod (`kubectl debug`): an UPDATE of the
+# pods/ephemeralcontainers subresource whose object is the whole pod, oldObject the pod before.
+
+debug_container(name, env) := {"name": name, "image": "registry.example/debug:1", "env": env}
+
+# team-a/train-0 running on gpu-1 on the binpack scheduler, with `ephemeral` added by then.
+running_gpu_pod(ephemeral) := make_pod({"spec": {
+	"schedulerName": "gpu-binpack-scheduler",
+	"nodeName": "gpu-1",
+	"containers": [container("main", gpu_limit)],
+	"ephemeralContainers": ephemeral,
+}})
+
+debug_review(before, after) := make_review(running_gpu_pod(after), {
+	"operation": "UPDATE",
+	"subResource": "ephemeralcontainers",
+	"oldObject": running_gpu_pod(before),
+})
+
+test_deny_visible_devices_in_an_added_ephemeral_container if {
+	deny == {visible_devices_denial("debugger")} with input as debug_review([], [debug_container("debugger", visible_devices_all)])
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_visible_devices_from_elsewhere_in_an_added_ephemeral_container if {
+	from_secret := [{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"secretKeyRef": {"name": "gpus", "key": "visible"}}}]
+	deny == {visible_devices_denial("debugger")} with input as debug_review([], [debug_container("debugger", from_secret)])
+		with data.gpu_cluster.config as gate_config
+}
+
+# The running GPU pod is bound to its node: only what the update adds is judged.
+test_allow_an_added_ephemeral_container_without_visible_devices if {
+	count(deny) == 0 with input as debug_review([], [debug_container("debugger", [{"name": "TERM", "value": "xterm"}])])
+		with data.gpu_cluster.config as gate_config
+}
+
+test_allow_an_added_ephemeral_container_that_names_no_device if {
+	count(deny) == 0 with input as debug_review([], [debug_container("debugger", [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}])])
+		with data.gpu_cluster.config as gate_config
+}
+
+# One admitted before the gate existed stays; the update is judged on what it adds.
+test_judge_only_the_ephemeral_containers_an_update_adds if {
+	before := [debug_container("debugger-old", visible_devices_all)]
+	after := array.concat(before, [debug_container("debugger-new", [])])
+	count(deny) == 0 with input as debug_review(before, after)
+		with data.gpu_cluster.config as gate_config
+}
+
+test_deny_an_added_ephemeral_container_beside_an_earlier_one if {
+	before := [debug_container("debugger-old", [])]
+	after := array.concat(before, [debug_container("debugger-new", visible_devices_all)])
+	deny == {visible_devices_denial("debugger-new")} with input as debug_review(before, after)
+		with data.gpu_cluster.config as gate_config
+}
+
+# Without the pod before, every ephemeral container counts as added (fail closed).
+test_deny_ephemeral_visible_devices_when_the_old_pod_is_missing if {
+	review := make_review(running_gpu_pod([debug_container("debugger", visible_devices_all)]), {"operation": "UPDATE", "subResource": "ephemeralcontainers"})
+	deny == {visible_devices_denial("debugger")} with input as review
+		with data.gpu_cluster.config as gate_config
+}
+
+# A running pod with DRA claims is not judged again for its claims or its node.
+test_allow_debugging_a_running_pod_with_resource_claims if {
+	pod := make_pod({"spec": {
+		"nodeName": "gpu-1",
+		"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+		"containers": [container("main", {"claims": [{"name": "gpu"}]})],
+		"ephemeralContainers": [debug_container("debugger", [])],
+	}})
+	count(deny) == 0 with input as make_review(pod, {"operation": "UPDATE", "subResource": "ephemeralcontainers", "oldObject": object.union(pod, {"spec": {"ephemeralContainers": []}})})
+		with data.gpu_cluster.config as gate_config
+}
+
+# Other subresource updates (status) carry no new container.
+test_allow_status_update_of_a_pod_with_visible_devices if {
+	pod := review_of({"spec": {"containers": [with_env("main", cpu_only, visible_devices_all)]}}).request.object
+	count(deny) == 0 with input as make_review(pod, {"operation": "UPDATE", "subResource": "status", "oldObject": pod})
+		with data.gpu_cluster.config as gate_config
+}

@@ -20,10 +20,14 @@ Namespace = Literal["gated", "operator"]
 NAMESPACES: tuple[Namespace, ...] = ("gated", "operator")
 # What a sample's container may carry besides its resources' limits and claims.
 CONTAINER_FIELDS = ("env", "securityContext")
+# The name of the ephemeral container a sample's `debug` adds.
+DEBUG_CONTAINER = "debug-0"
 
 
-# In the table, stands for the GPU Operator's namespace (the test chooses its name).
+# In the table, stand for the GPU Operator's namespace and for the namespace a sample is
+# created in (the test chooses both names).
 OPERATOR_PLACEHOLDER = "{operator}"
+NAMESPACE_PLACEHOLDER = "{namespace}"
 
 
 @dataclass(frozen=True)
@@ -33,12 +37,15 @@ class Identity:
     user: str
     groups: tuple[str, ...]
 
-    def with_operator_namespace(self, namespace: str) -> Identity:
-        """This identity with OPERATOR_PLACEHOLDER replaced by `namespace`."""
-        return Identity(
-            user=self.user.replace(OPERATOR_PLACEHOLDER, namespace),
-            groups=tuple(g.replace(OPERATOR_PLACEHOLDER, namespace) for g in self.groups),
-        )
+    def in_namespaces(self, operator: str, namespace: str) -> Identity:
+        """This identity with OPERATOR_PLACEHOLDER and NAMESPACE_PLACEHOLDER replaced."""
+
+        def filled(text: str) -> str:
+            return text.replace(OPERATOR_PLACEHOLDER, operator).replace(
+                NAMESPACE_PLACEHOLDER, namespace
+            )
+
+        return Identity(user=filled(self.user), groups=tuple(filled(g) for g in self.groups))
 
 
 @dataclass(frozen=True)
@@ -60,15 +67,30 @@ class Sample:
     cluster admin."""
     metadata: dict[str, Any] | None = None
     """Annotations and owner references of the pod."""
+    bind: str | None = None
+    """The node the pod is bound to (pods/binding) once created, before `debug`."""
+    debug: dict[str, Any] | None = None
+    """An ephemeral container (its env) added to the created pod by an UPDATE of
+    pods/ephemeralcontainers, as `kubectl debug` adds one: the verdicts are this update's."""
 
     def verdict(self, engine: str) -> Verdict:
         return self.route if engine == ROUTING_ENGINE else self.refuse
 
-    def creator(self, operator_namespace: str) -> Identity | None:
-        """Who creates the pod when the operator's namespace is `operator_namespace`."""
+    def creator(self, operator_namespace: str, namespace: str) -> Identity | None:
+        """Who creates the pod, when the operator's namespace is `operator_namespace` and the
+        pod's is `namespace`."""
         if self.identity is None:
             return None
-        return self.identity.with_operator_namespace(operator_namespace)
+        return self.identity.in_namespaces(operator_namespace, namespace)
+
+    def debug_container(self) -> dict[str, Any]:
+        """The ephemeral container `debug` describes, named and with an image."""
+        assert self.debug is not None, f"{self.name} adds no ephemeral container"
+        return {
+            "name": DEBUG_CONTAINER,
+            "image": "registry.invalid/debug:1",
+            **{k: self.debug[k] for k in CONTAINER_FIELDS if k in self.debug},
+        }
 
     def pod(self, name: str) -> dict[str, Any]:
         spec = dict(self.spec)
@@ -95,6 +117,8 @@ class SampleTable:
     scheduler: str
     gpu_resources: list[str]
     gpu_resource_prefixes: list[str]
+    pool_taint: dict[str, str]
+    """The GPU pool's taint (TaintedGpuPool's gpuPool.taint)."""
     samples: list[Sample]
 
 
@@ -119,11 +143,14 @@ def load_samples(path: Path = SAMPLES_FILE) -> SampleTable:
                 namespace=entry.get("namespace", "gated"),
                 identity=_identity(entry.get("as")),
                 metadata=entry.get("metadata"),
+                bind=entry.get("bind"),
+                debug=entry.get("debug"),
             )
         )
     return SampleTable(
         scheduler=raw["scheduler"],
         gpu_resources=list(raw["gpu_resources"]),
         gpu_resource_prefixes=list(raw["gpu_resource_prefixes"]),
+        pool_taint=dict(raw["pool_taint"]),
         samples=samples,
     )

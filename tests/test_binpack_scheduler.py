@@ -18,7 +18,8 @@ from components import (
     SchedulerProfile,
     ShapePoint,
 )
-from components.binpack_scheduler_manifests import render_config
+from components.binpack_scheduler_manifests import SCHEDULER_RULES, render_config
+from components.gpu_resources import GpuResources
 from stack_config import ConfigError, parse_stack_config
 from tests.conftest import Recording, component_access, register
 
@@ -32,9 +33,14 @@ def _make_scheduler(**overrides: Any) -> Recording:
         scheduler = BinpackScheduler("binpack", BinpackSchedulerArgs(**args))
         scheduler.scheduler_name.apply(lambda n: captured.update(name=n))
         scheduler.config_yaml.apply(lambda c: captured.update(config=c))
+        captured["gpus"] = scheduler.gpu_resources
 
     captured.clear()
     return register(build)
+
+
+def _advertised(*names: str, prefixes: tuple[str, ...] = ()) -> GpuResources:
+    return GpuResources(names=names, prefixes=prefixes)
 
 
 def _deployment(recording: Recording) -> dict[str, Any]:
@@ -174,13 +180,17 @@ def test_binpack_scheduler_pod_is_critical_and_tolerates_control_plane() -> None
     assert "hostPath" not in str(pod["volumes"])
 
 
-def test_binpack_scheduler_rbac_is_exactly_the_scheduler_roles() -> None:
+def test_binpack_scheduler_rbac_is_its_own_not_the_cluster_schedulers() -> None:
     recording = _make_scheduler()
-    cluster_roles = sorted(
+    (cluster_role,) = recording.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole")
+    assert cluster_role.inputs["metadata"]["name"] == "gpu-binpack-scheduler:scheduler"
+    assert cluster_role.inputs["rules"] == list(SCHEDULER_RULES)
+    cluster_roles = [
         b.inputs["roleRef"]["name"]
         for b in recording.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
-    )
-    assert cluster_roles == ["system:kube-scheduler", "system:volume-scheduler"]
+    ]
+    # Neither system:kube-scheduler nor system:volume-scheduler.
+    assert cluster_roles == ["gpu-binpack-scheduler:scheduler"]
     roles = sorted(
         b.inputs["roleRef"]["name"]
         for b in recording.of_type("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
@@ -197,12 +207,22 @@ def test_binpack_scheduler_rbac_is_exactly_the_scheduler_roles() -> None:
     ]
 
 
-def test_binpack_scheduler_deployment_waits_for_its_rbac() -> None:
+def test_binpack_scheduler_creates_its_lease_without_a_holder() -> None:
+    recording = _make_scheduler(name="gpu-pack")
+    (lease,) = recording.of_type("kubernetes:coordination.k8s.io/v1:Lease")
+    assert lease.inputs["metadata"]["name"] == "gpu-pack"
+    assert lease.inputs["metadata"]["namespace"] == "kube-system"
+    # Leader election writes the holder; the stack writes no spec to fight it over.
+    assert "spec" not in lease.inputs
+
+
+def test_binpack_scheduler_deployment_waits_for_its_rbac_and_lease() -> None:
     recording = _make_scheduler()
     (deployment,) = recording.of_type("kubernetes:apps/v1:Deployment")
     bindings = [r.urn for r in recording.resources if r.typ.endswith("Binding")]
-    assert len(bindings) == 4
-    assert set(bindings) <= set(deployment.dependencies)
+    (lease,) = recording.of_type("kubernetes:coordination.k8s.io/v1:Lease")
+    assert len(bindings) == 3
+    assert {*bindings, lease.urn} <= set(deployment.dependencies)
 
 
 def test_binpack_scheduler_config_change_rolls_the_pods() -> None:
@@ -228,7 +248,7 @@ def _weights(**overrides: Any) -> dict[str, int]:
 def test_binpack_scheduler_weights_advertised_gpu_resources_like_its_heaviest_gpu() -> None:
     weights = _weights(
         resource_weights={"nvidia.com/gpu": 80, "cpu": 1},
-        gpu_resources=["nvidia.com/gpu", "nvidia.com/gpu.shared"],
+        advertised=_advertised("nvidia.com/gpu", "nvidia.com/gpu.shared"),
     )
     assert weights == {"nvidia.com/gpu": 80, "cpu": 1, "nvidia.com/gpu.shared": 80}
 
@@ -236,9 +256,38 @@ def test_binpack_scheduler_weights_advertised_gpu_resources_like_its_heaviest_gp
 def test_binpack_scheduler_configured_weight_of_an_advertised_resource_wins() -> None:
     weights = _weights(
         resource_weights={"nvidia.com/gpu": 100, "nvidia.com/gpu.shared": 10},
-        gpu_resources=["nvidia.com/gpu.shared"],
+        advertised=_advertised("nvidia.com/gpu.shared"),
     )
     assert weights == {"nvidia.com/gpu": 100, "nvidia.com/gpu.shared": 10}
+
+
+def test_binpack_scheduler_a_nic_weight_is_not_a_gpu_weight() -> None:
+    """NVIDIA's NICs are nvidia.com resources too; the heaviest GPU weight is nvidia.com/gpu's."""
+    weights = _weights(
+        resource_weights={"nvidia.com/gpu": 10, "nvidia.com/hostdev": 100, "cpu": 1},
+        advertised=_advertised("nvidia.com/gpu", "nvidia.com/gpu.shared"),
+    )
+    assert weights["nvidia.com/gpu.shared"] == 10
+
+
+def test_binpack_scheduler_weights_the_added_gpu_resources() -> None:
+    recording = _make_scheduler(
+        resource_weights={"nvidia.com/gpu": 60, "cpu": 1},
+        gpu_resources=["amd.com/cpx_nps4"],
+        advertised=_advertised("nvidia.com/gpu"),
+    )
+    (profile,) = yaml.safe_load(captured["config"])["profiles"]
+    resources = profile["pluginConfig"][0]["args"]["scoringStrategy"]["resources"]
+    assert {r["name"]: r["weight"] for r in resources} == {
+        "nvidia.com/gpu": 60,
+        "cpu": 1,
+        "amd.com/cpx_nps4": 60,
+    }
+    assert recording.of_type("gpu-cluster:index:BinpackScheduler")
+    # What the gate routes and the monitoring counts: the same resources.
+    assert captured["gpus"] == GpuResources(
+        names=("nvidia.com/gpu", "amd.com/cpx_nps4"), prefixes=()
+    )
 
 
 # ------------------------------------------------------------------ scoring: fragmentation
@@ -257,8 +306,11 @@ def test_fragmentation_scoring_scores_with_the_plugin_only_and_keeps_the_fit_fil
     recording = _make_scheduler(
         scoring="fragmentation",
         image=IMAGE,
-        gpu_resources=["nvidia.com/gpu", "nvidia.com/gpu.shared"],
-        gpu_shared=[("nvidia.com/gpu.shared", 4)],
+        advertised=GpuResources(
+            names=("nvidia.com/gpu", "nvidia.com/gpu.shared"),
+            prefixes=(),
+            shared=(("nvidia.com/gpu.shared", 4),),
+        ),
     )
     assert recording is not None
     (profile,) = yaml.safe_load(captured["config"])["profiles"]
@@ -291,11 +343,27 @@ def test_fragmentation_scoring_scores_with_the_plugin_only_and_keeps_the_fit_fil
 
 
 def test_fragmentation_scoring_counts_mig_profiles_under_mig_mixed() -> None:
-    _make_scheduler(scoring="fragmentation", image=IMAGE, gpu_prefixes=["nvidia.com/mig-"])
+    _make_scheduler(
+        scoring="fragmentation",
+        image=IMAGE,
+        advertised=_advertised("nvidia.com/gpu", prefixes=("nvidia.com/mig-",)),
+    )
     (profile,) = yaml.safe_load(captured["config"])["profiles"]
     (entry,) = profile["pluginConfig"]
     assert entry["args"]["migResourcePrefix"] == "nvidia.com/mig-"
     assert "sharedResources" not in entry["args"]
+
+
+def test_fragmentation_scoring_counts_the_added_gpu_resources_as_gpus() -> None:
+    _make_scheduler(
+        scoring="fragmentation",
+        image=IMAGE,
+        gpu_resources=["example.com/vgpu"],
+        advertised=_advertised("nvidia.com/gpu"),
+    )
+    (profile,) = yaml.safe_load(captured["config"])["profiles"]
+    (entry,) = profile["pluginConfig"]
+    assert entry["args"]["gpuResources"] == ["nvidia.com/gpu", "example.com/vgpu"]
 
 
 def test_binpack_scoring_keeps_the_upstream_image_unless_one_is_configured() -> None:

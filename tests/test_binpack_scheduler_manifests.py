@@ -13,14 +13,17 @@ from components.binpack_scheduler_manifests import (
     CONFIG_DIR,
     CONFIG_HASH_ANNOTATION,
     CONFIG_KEY,
+    SCHEDULER_RULES,
     config_map,
     deployment,
     labels,
+    lease,
     lease_role,
     object_meta,
     render_config,
     render_config_yaml,
     role_bindings,
+    scheduler_role,
     service_account,
 )
 from components.binpack_scheduler_settings import (
@@ -217,10 +220,10 @@ def test_binpack_scheduler_manifests_leader_election_is_on_the_schedulers_own_le
             },
         ),
         (
-            "gpu-pack:kube-scheduler",
+            "gpu-pack:scheduler",
             None,
             {
-                "name": "gpu-pack:kube-scheduler",
+                "name": "gpu-pack:scheduler",
                 "labels": {
                     "app.kubernetes.io/name": "gpu-pack",
                     "app.kubernetes.io/part-of": "gpu-cluster",
@@ -339,8 +342,7 @@ def test_binpack_scheduler_manifests_service_account_is_named_after_the_schedule
 # suffix -> (binding kind, role kind, role, binding namespace) for scheduler gpu-pack, its
 # ServiceAccount in sched, its Lease in leases.
 RBAC = {
-    "kube-scheduler": ("ClusterRoleBinding", "ClusterRole", "system:kube-scheduler", None),
-    "volume-scheduler": ("ClusterRoleBinding", "ClusterRole", "system:volume-scheduler", None),
+    "scheduler": ("ClusterRoleBinding", "ClusterRole", "gpu-pack:scheduler", None),
     "auth-reader": (
         "RoleBinding",
         "Role",
@@ -351,7 +353,7 @@ RBAC = {
 }
 
 
-def test_binpack_scheduler_manifests_binds_exactly_the_scheduler_roles() -> None:
+def test_binpack_scheduler_manifests_binds_exactly_the_schedulers_own_roles() -> None:
     assert list(role_bindings("gpu-pack", "sched", "leases")) == list(RBAC)
 
 
@@ -371,6 +373,115 @@ def test_binpack_scheduler_manifests_binding_gives_the_service_account_its_role(
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "gpu-pack", "namespace": "sched"}
     ]
+
+
+def _granted(role: dict[str, Any], group: str, resource: str) -> set[str]:
+    """The verbs `role` grants on `resource` of API group `group` (any name)."""
+    return {
+        verb
+        for rule in role["rules"]
+        if group in rule["apiGroups"] and resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_binpack_scheduler_manifests_scheduler_role_is_cluster_scoped_and_named_for_it() -> None:
+    role = scheduler_role("gpu-pack")
+    assert (role["kind"], role["metadata"]) == (
+        "ClusterRole",
+        object_meta("gpu-pack:scheduler", "gpu-pack", None),
+    )
+    assert role["rules"] == list(SCHEDULER_RULES)
+
+
+# (API group, resource) -> verbs: what kube-scheduler v1.37 is granted by system:kube-scheduler
+# and system:volume-scheduler (bootstrappolicy/policy.go, default feature gates).
+SCHEDULER_GRANTS = {
+    ("", "events"): {"create", "update", "patch"},
+    ("events.k8s.io", "events"): {"create", "update", "patch"},
+    ("", "nodes"): {"get", "list", "watch"},
+    ("", "pods"): {"get", "list", "watch", "delete"},
+    ("", "pods/binding"): {"create"},
+    ("", "bindings"): {"create"},
+    ("", "pods/status"): {"patch", "update"},
+    ("", "pods/finalizers"): {"update"},
+    ("", "services"): {"get", "list", "watch"},
+    ("", "replicationcontrollers"): {"get", "list", "watch"},
+    ("apps", "replicasets"): {"get", "list", "watch"},
+    ("extensions", "replicasets"): {"get", "list", "watch"},
+    ("apps", "statefulsets"): {"get", "list", "watch"},
+    ("policy", "poddisruptionbudgets"): {"get", "list", "watch"},
+    ("", "persistentvolumes"): {"get", "list", "watch", "update", "patch"},
+    ("", "persistentvolumeclaims"): {"get", "list", "watch", "update", "patch"},
+    ("storage.k8s.io", "storageclasses"): {"get", "list", "watch"},
+    ("authentication.k8s.io", "tokenreviews"): {"create"},
+    ("authorization.k8s.io", "subjectaccessreviews"): {"create"},
+    ("storage.k8s.io", "csinodes"): {"get", "list", "watch"},
+    ("storage.k8s.io", "volumeattachments"): {"get", "list", "watch"},
+    ("", "namespaces"): {"get", "list", "watch"},
+    ("storage.k8s.io", "csidrivers"): {"get", "list", "watch"},
+    ("storage.k8s.io", "csistoragecapacities"): {"get", "list", "watch"},
+    ("resource.k8s.io", "deviceclasses"): {"get", "list", "watch"},
+    ("resource.k8s.io", "resourceclaims"): {
+        "get",
+        "list",
+        "watch",
+        "update",
+        "patch",
+        "create",
+        "delete",
+    },
+    ("resource.k8s.io", "resourceclaims/status"): {"get", "list", "watch", "update", "patch"},
+    ("resource.k8s.io", "resourceclaims/binding"): {"update", "patch"},
+    ("resource.k8s.io", "resourceslices"): {"get", "list", "watch"},
+    ("resource.k8s.io", "devicetaintrules"): {"get", "list", "watch"},
+}
+
+
+@pytest.mark.parametrize(
+    ("where", "verbs"), list(SCHEDULER_GRANTS.items()), ids=["/".join(k) for k in SCHEDULER_GRANTS]
+)
+def test_binpack_scheduler_manifests_scheduler_role_grants_what_kube_scheduler_uses(
+    where: tuple[str, str], verbs: set[str]
+) -> None:
+    assert _granted(scheduler_role("gpu-pack"), *where) == verbs
+
+
+def test_binpack_scheduler_manifests_scheduler_role_grants_nothing_else() -> None:
+    role = scheduler_role("gpu-pack")
+    granted = {
+        (group, resource)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    assert granted == set(SCHEDULER_GRANTS)
+    # Cluster-wide, on any name: never a resourceNames rule, a wildcard or a Lease.
+    assert all("resourceNames" not in rule for rule in role["rules"])
+    assert not any("*" in rule["verbs"] + rule["resources"] for rule in role["rules"])
+    assert _granted(role, "coordination.k8s.io", "leases") == set()
+    assert _granted(role, "coordination.k8s.io", "leasecandidates") == set()
+
+
+@pytest.mark.parametrize(
+    ("scheduler_name", "lease_namespace"),
+    [("gpu-binpack-scheduler", "kube-system"), ("gpu-pack", "leases")],
+)
+def test_binpack_scheduler_manifests_lease_is_the_elected_one_and_holderless(
+    scheduler_name: str, lease_namespace: str
+) -> None:
+    assert lease(scheduler_name, lease_namespace) == {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": object_meta(scheduler_name, scheduler_name, lease_namespace),
+    }
+    election = render_config(
+        SchedulerProfile(scheduler_name=scheduler_name, lease_namespace=lease_namespace)
+    )["leaderElection"]
+    assert (election["resourceName"], election["resourceNamespace"]) == (
+        scheduler_name,
+        lease_namespace,
+    )
 
 
 @pytest.mark.parametrize(

@@ -25,9 +25,11 @@ from components.monitoring_stack_manifests import (
     gpu_dashboard,
     gpu_resource_regex,
     grafana_admin_secret,
+    kube_state_metrics_label,
     kube_state_metrics_resource,
     monitoring_namespace,
     prometheus_rule,
+    rule_groups,
     stack_values,
 )
 from components.monitoring_stack_settings import MonitoringStackSettings
@@ -101,6 +103,69 @@ def test_stack_values_from_settings(
     for key in path:
         value = value[key]
     assert value == expected
+
+
+@pytest.mark.parametrize(
+    ("key", "label"),
+    [
+        ("nvidia.com/gpu.deploy.operands", "label_nvidia_com_gpu_deploy_operands"),
+        ("topology.kubernetes.io/zone", "label_topology_kubernetes_io_zone"),
+        ("example.com/nodeGroup", "label_example_com_node_group"),
+    ],
+)
+def test_kube_state_metrics_label_sanitises_then_snake_cases(key: str, label: str) -> None:
+    assert kube_state_metrics_label(key) == label
+
+
+OPERANDS = "nvidia.com/gpu.deploy.operands"
+
+
+@pytest.mark.parametrize(
+    ("user", "allowlist"),
+    [
+        (None, [f"nodes=[{OPERANDS}]"]),
+        ([], [f"nodes=[{OPERANDS}]"]),
+        (["pods=[app]"], ["pods=[app]", f"nodes=[{OPERANDS}]"]),
+        (
+            ["nodes=[topology.kubernetes.io/zone],pods=[app]"],
+            [f"nodes=[topology.kubernetes.io/zone,{OPERANDS}]", "pods=[app]"],
+        ),
+        # kube-state-metrics keeps the last group of a resource named twice.
+        (["nodes=[a]", "nodes=[b]"], [f"nodes=[b,{OPERANDS}]"]),
+        ([f"nodes=[{OPERANDS},a]"], [f"nodes=[{OPERANDS},a]"]),
+        (["nodes=[*]"], ["nodes=[*]"]),
+    ],
+    ids=["default", "empty", "pods-only", "user-node-labels", "node-group-twice", "has-it", "all"],
+)
+def test_stack_values_allow_list_the_operands_label_beside_the_users(
+    user: list[str] | None, allowlist: list[str]
+) -> None:
+    """kube_node_labels carries nvidia.com/gpu.deploy.operands, which the GPU alerts read,
+    whatever the user allow-lists: one `nodes` group, since a second would replace the first."""
+    values = {} if user is None else {"kube-state-metrics": {"metricLabelsAllowlist": user}}
+    chart = stack_values(MonitoringStackSettings(values=values), "s")["kube-state-metrics"]
+    assert chart["metricLabelsAllowlist"] == allowlist
+
+
+def test_stack_values_keep_the_users_other_kube_state_metrics_values() -> None:
+    values = {"kube-state-metrics": {"resources": {"limits": {"memory": "256Mi"}}}}
+    chart = stack_values(MonitoringStackSettings(values=values), "s")["kube-state-metrics"]
+    assert chart == {
+        "resources": {"limits": {"memory": "256Mi"}},
+        "metricLabelsAllowlist": [f"nodes=[{OPERANDS}]"],
+    }
+
+
+def test_rule_groups_leave_out_nodes_labelled_without_operands() -> None:
+    """The three alerts that ask which nodes should have GPUs read the operator's label as
+    kube-state-metrics exports it."""
+    matcher = 'kube_node_labels{label_nvidia_com_gpu_deploy_operands="false"}'
+    scoped = [r["alert"] for g in rule_groups(WHOLE) for r in g["rules"] if matcher in r["expr"]]
+    assert scoped == [
+        "GpuNodeNoAllocatableGpus",
+        "GpuNodeMetricsMissing",
+        "DcgmExporterTargetsMissing",
+    ]
 
 
 def test_monitoring_namespace_is_the_stacks() -> None:

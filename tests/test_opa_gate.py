@@ -14,7 +14,7 @@ import pytest
 
 from components import OpaGate, OpaGateArgs
 from components.gpu_operator_settings import GpuOperatorSettings, OperatorPods
-from components.gpu_resources import is_gpu_resource
+from components.gpu_resources import gated_names, gated_prefixes, is_gpu_resource
 from components.opa_gate_manifests import (
     admission_policy_binding_spec,
     admission_policy_spec,
@@ -142,8 +142,10 @@ def test_opa_gate_webhook_uses_config() -> None:
     (webhook,) = recording.of_type(WEBHOOK)
     hook = webhook.inputs["webhooks"][0]
     assert (hook["failurePolicy"], hook["timeoutSeconds"]) == ("Ignore", 3)
-    assert hook["rules"][0]["operations"] == ["CREATE"]
-    assert hook["rules"][0]["resources"] == ["pods"]
+    assert [(r["operations"], r["resources"]) for r in hook["rules"]] == [
+        (["CREATE"], ["pods"]),
+        (["UPDATE"], ["pods/ephemeralcontainers"]),
+    ]
 
 
 def test_opa_gate_webhook_is_registered_after_opa_and_exclusions() -> None:
@@ -192,9 +194,9 @@ def test_opa_gate_config_is_data_not_rego() -> None:
     gate = json.loads(_config_maps(recording)["gpu-gate-config"]["data"]["gate.json"])
     assert gate == {
         "scheduler_name": "gpu-pack",
-        "gpu_resources": ["example.com/dongle", "nvidia.com/gpu"],
-        # Every GPU device plugin's domain (components/gpu_resources.py).
-        "gpu_resource_prefixes": ["amd.com/", "gpu.intel.com/", "nvidia.com/"],
+        # Every GPU (components/gpu_resources.py) and the advertised extended resource.
+        "gpu_resources": gated_names(["example.com/dongle"]),
+        "gpu_resource_prefixes": gated_prefixes([]),
     }
     assert not any("gpu-pack" in source for source in load_policies().values())
 
@@ -202,7 +204,8 @@ def test_opa_gate_config_is_data_not_rego() -> None:
 def test_opa_gate_leaves_advertised_resources_ungated_when_told_to() -> None:
     recording = _make_gate(gate_extended_resources=False)
     gate = json.loads(_config_maps(recording)["gpu-gate-config"]["data"]["gate.json"])
-    assert gate["gpu_resources"] == ["nvidia.com/gpu"]
+    assert gate["gpu_resources"] == gated_names([])
+    assert "example.com/dongle" not in gate["gpu_resources"]
 
 
 def test_opa_gate_opa_serves_only_https_with_authorization() -> None:
@@ -280,8 +283,8 @@ def test_opa_gate_native_engine_writes_gate_data_into_the_policy() -> None:
     )
     variables = {v["name"]: v["expression"] for v in spec["variables"]}
     assert variables["requiredScheduler"] == '"gpu-pack"'
-    assert variables["gpuResources"] == '["example.com/dongle", "nvidia.com/gpu"]'
-    assert variables["gpuPrefixes"] == '["amd.com/", "gpu.intel.com/", "nvidia.com/"]'
+    assert variables["gpuResources"] == json.dumps(gated_names(["example.com/dongle"]))
+    assert variables["gpuPrefixes"] == json.dumps(gated_prefixes([]))
 
 
 def test_opa_gate_native_engine_needs_no_parameter_object() -> None:
@@ -322,8 +325,8 @@ def test_opa_gate_webhook_only_receives_gpu_pods() -> None:
     assert condition["name"] == "gpu-pod"
     # A GPU request, or NVIDIA_VISIBLE_DEVICES (next test): nothing else reaches OPA.
     assert f"({gpu_request_condition(config)} || " in condition["expression"]
-    for gated in ('"example.com/dongle"', '"nvidia.com/gpu"', '"nvidia.com/"'):
-        assert gated in condition["expression"]
+    for gated in (*gated_names(["example.com/dongle"]), *gated_prefixes([])):
+        assert json.dumps(gated) in condition["expression"]
 
 
 def test_opa_gate_match_condition_is_the_native_policys_cel() -> None:
@@ -337,7 +340,10 @@ def test_opa_gate_match_condition_is_the_native_policys_cel() -> None:
         .replace("variables.gpuPrefixes", variables["gpuPrefixes"])
     )
     claims = "has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0"
-    assert gpu_request_condition(config) == f"{inlined}.exists(l, size(l) > 0) || ({claims})"
+    # Only a pod being created asks for GPUs: a running pod's were judged at its creation.
+    assert gpu_request_condition(config) == (
+        f"request.operation == 'CREATE' && ({inlined}.exists(l, size(l) > 0) || ({claims}))"
+    )
 
 
 def test_opa_gate_budget_keeps_one_replica_up() -> None:
@@ -464,7 +470,8 @@ def test_opa_gate_device_resources_are_gated_whatever_gate_extended_resources_sa
     )
     (policy,) = recording.of_type(VAP)
     variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
-    assert variables["gpuResources"] == '["nvidia.com/gpu", "nvidia.com/gpu.shared"]'
+    assert variables["gpuResources"] == json.dumps(gated_names(["nvidia.com/gpu.shared"]))
+    assert "example.com/dongle" not in variables["gpuResources"]
 
 
 # One definition of a GPU: whatever the scheduler weighs as one is gated, and nothing else.

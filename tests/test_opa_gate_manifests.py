@@ -13,14 +13,17 @@ from typing import Any
 import pytest
 
 from components.gpu_operator_settings import OperatorPods
+from components.gpu_resources import gated_names, gated_prefixes
 from components.opa_gate_manifests import (
     admission_policy_binding_spec,
     admission_policy_spec,
+    ephemeral_containers_rule,
     excluded_namespaces,
     gate_config_json,
     gate_data,
     gate_metadata,
     inputs_checksum,
+    judged_rules,
     namespace_selector,
     opa_container,
     opa_deployment_spec,
@@ -44,6 +47,13 @@ POD_CREATE = {
     "apiGroups": [""],
     "apiVersions": ["v1"],
     "resources": ["pods"],
+}
+# `kubectl debug` adds an ephemeral container to a running pod through this subresource.
+EPHEMERAL_CONTAINERS_UPDATE = {
+    "operations": ["UPDATE"],
+    "apiGroups": [""],
+    "apiVersions": ["v1"],
+    "resources": ["pods/ephemeralcontainers"],
 }
 LABELS = {
     "app.kubernetes.io/name": "gpu-scheduler-gate",
@@ -103,12 +113,20 @@ def test_opa_gate_manifests_every_engine_excludes_kube_system_and_the_gate_by_na
 @pytest.mark.parametrize(
     ("engine", "rules", "expected"),
     [
-        ("opa", lambda: _webhook()["rules"], [{**POD_CREATE, "scope": "Namespaced"}]),
+        (
+            "opa",
+            lambda: _webhook()["rules"],
+            [
+                {**POD_CREATE, "scope": "Namespaced"},
+                {**EPHEMERAL_CONTAINERS_UPDATE, "scope": "Namespaced"},
+            ],
+        ),
         (
             "validating-admission-policy",
             lambda: admission_policy_spec(CONFIG)["matchConstraints"]["resourceRules"],
-            [POD_CREATE],
+            [POD_CREATE, EPHEMERAL_CONTAINERS_UPDATE],
         ),
+        # Routing mutates only what is being created.
         (
             "mutating-admission-policy",
             lambda: routing_policy_spec(CONFIG, None)["matchConstraints"]["resourceRules"],
@@ -116,10 +134,12 @@ def test_opa_gate_manifests_every_engine_excludes_kube_system_and_the_gate_by_na
         ),
     ],
 )
-def test_opa_gate_manifests_every_engine_judges_pod_creates_only(
+def test_opa_gate_manifests_every_engine_judges_pod_creates_and_added_ephemeral_containers(
     engine: str, rules: Callable[[], list[dict[str, Any]]], expected: list[dict[str, Any]]
 ) -> None:
     assert pod_create_rule() == POD_CREATE
+    assert ephemeral_containers_rule() == EPHEMERAL_CONTAINERS_UPDATE
+    assert judged_rules() == [POD_CREATE, EPHEMERAL_CONTAINERS_UPDATE]
     assert rules() == expected
 
 
@@ -243,8 +263,8 @@ def test_opa_gate_manifests_routing_policy_patches_unbound_gpu_pods(
             None,
             {
                 "scheduler_name": "s",
-                "gpu_resources": ["nvidia.com/gpu"],
-                "gpu_resource_prefixes": ["amd.com/", "gpu.intel.com/", "nvidia.com/"],
+                "gpu_resources": gated_names([]),
+                "gpu_resource_prefixes": gated_prefixes([]),
             },
         ),
         (
@@ -255,13 +275,9 @@ def test_opa_gate_manifests_routing_policy_patches_unbound_gpu_pods(
             ),
             {
                 "scheduler_name": "s",
-                "gpu_resources": ["example.com/dongle", "nvidia.com/gpu"],
-                "gpu_resource_prefixes": [
-                    "amd.com/",
-                    "gpu.intel.com/",
-                    "nvidia.com/",
-                    "nvidia.com/mig-",
-                ],
+                # Every GPU (components/gpu_resources.py), and what the layers add, once each.
+                "gpu_resources": gated_names(["example.com/dongle"]),
+                "gpu_resource_prefixes": gated_prefixes(["nvidia.com/mig-"]),
                 "operator_pods": {
                     "namespace": "gpu-operator",
                     "creators": ["a", "b"],

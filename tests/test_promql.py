@@ -16,6 +16,7 @@ Both are built by tools/build-tools.sh; without them these tests skip (and fail 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -31,8 +32,16 @@ from components.monitoring_stack_manifests import (
     RULES_FILE,
     gate_rule_groups,
     gpu_dashboard,
+    kube_state_metrics_label,
     load_dashboard,
     rule_groups,
+    stack_values,
+)
+from components.monitoring_stack_settings import (
+    KUBE_STATE_METRICS,
+    LABELS_ALLOWLIST,
+    MonitoringStackSettings,
+    parse_labels_allowlist,
 )
 from tests.integration.conftest import built_tool
 
@@ -51,6 +60,9 @@ EXPORTER = (
     'container="nvidia-dcgm-exporter"'
 )
 WORKLOAD = 'exported_pod="train-0", exported_namespace="ml", exported_container="main"'
+# A series selector (metric{matchers}) and a matcher on a kube-state-metrics `label_*` label.
+_SELECTOR = re.compile(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{([^}]*)\}")
+_KSM_LABEL_MATCHER = re.compile(r"\b(label_[a-zA-Z0-9_]+)\s*(?:=~|!~|!=|=)")
 
 
 @pytest.fixture(scope="module")
@@ -258,6 +270,46 @@ def test_promql_metrics_fixture_lists_only_used_metrics_with_a_source(
     }
 
 
+def _selected_ksm_labels(expressions: list[str]) -> dict[str, set[str]]:
+    """metric -> the kube-state-metrics `label_*` labels the expressions match on it."""
+    selected: dict[str, set[str]] = {}
+    for expr in expressions:
+        for metric, matchers in _SELECTOR.findall(expr):
+            labels = set(_KSM_LABEL_MATCHER.findall(matchers))
+            if labels:
+                selected.setdefault(metric, set()).update(labels)
+    return selected
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        {KUBE_STATE_METRICS: {LABELS_ALLOWLIST: ["nodes=[topology.kubernetes.io/zone]"]}},
+        {KUBE_STATE_METRICS: {LABELS_ALLOWLIST: ["pods=[app]", "nodes=[kubernetes.io/os]"]}},
+    ],
+    ids=["default", "user-node-labels", "user-pod-and-node-labels"],
+)
+def test_promql_node_labels_the_alerts_select_are_allow_listed_in_the_chart_values(
+    values: dict[str, Any],
+) -> None:
+    """kube_node_labels carries a node label only when kube-state-metrics allow-lists it: every
+    label_* the rules and dashboard select is in the allowlist the stack hands to the chart,
+    with or without the user's own entries in monitoring.values."""
+    known = _fixture_metrics()
+    selected = _selected_ksm_labels(
+        rule_expressions() + dashboard_expressions(gpu_dashboard(TEST_RESOURCES))
+    )
+    assert selected, "no rule selects a kube-state-metrics label_* label"
+    chart = stack_values(MonitoringStackSettings(values=values), "s")[KUBE_STATE_METRICS]
+    allowlist = parse_labels_allowlist(chart[LABELS_ALLOWLIST])
+    for metric, labels in selected.items():
+        resource = known[metric].get("allowlist")
+        assert resource, f"{metric}: tests/fixtures/metrics.yaml names no allowlist resource"
+        exported = {kube_state_metrics_label(key) for key in allowlist.get(resource, [])}
+        assert labels <= exported, (metric, chart[LABELS_ALLOWLIST])
+
+
 def test_promql_dashboard_shows_the_gpu_views(promql_metrics: Path) -> None:
     results = _parse(promql_metrics, dashboard_expressions(gpu_dashboard(TEST_RESOURCES)))
     used = {m for r in results for m in r["metrics"]}
@@ -296,6 +348,24 @@ def test_promql_promtool_unit_tests_catch_a_changed_threshold(
     result = _run(promtool, "test", "rules", _rendered_rules(tmp_path, changed))
     assert result.returncode != 0
     assert "GpuTemperatureHigh" in result.stdout + result.stderr
+
+
+def test_promql_promtool_unit_tests_catch_alerts_on_nodes_taken_out_on_purpose(
+    promtool: Path, tmp_path: Path
+) -> None:
+    """Without the clause that leaves out a node labelled nvidia.com/gpu.deploy.operands=false,
+    the promtool tests fail on each alert that would fire for good on such a node."""
+    clause = re.compile(r"\n\s*unless on \(node\)\n\s*kube_node_labels\{\$operands_disabled\}")
+    changed, removed = clause.subn("", RULES_FILE.read_text())
+    assert removed == 3
+    result = _run(promtool, "test", "rules", _rendered_rules(tmp_path, changed))
+    assert result.returncode != 0
+    for alert in (
+        "GpuNodeNoAllocatableGpus",
+        "GpuNodeMetricsMissing",
+        "DcgmExporterTargetsMissing",
+    ):
+        assert f"alertname: {alert}" in result.stdout + result.stderr, alert
 
 
 def test_promql_promtool_checks_the_gate_rules_as_deployed(promtool: Path, tmp_path: Path) -> None:

@@ -10,9 +10,12 @@ Each test uses its own namespace and nodes (selected by a per-test label) and de
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import json
 import time
 import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -22,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components import BinpackScheduler, BinpackSchedulerArgs, ClusterAccess
+from components import BinpackScheduler, BinpackSchedulerArgs
 from components.binpack_scheduler_manifests import FRAGMENTATION_PLUGIN, render_config
 from components.binpack_scheduler_settings import FRAGMENTATION, SchedulerProfile
 from components.tainted_gpu_pool import Taint
@@ -305,6 +308,12 @@ def test_binpack_scheduler_live_misnamed_plugin_config_is_caught_by_behaviour(
 
 RBAC_TYPES = {
     "kubernetes:core/v1:ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+    "kubernetes:coordination.k8s.io/v1:Lease": (
+        "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+    ),
+    "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole": (
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles"
+    ),
     "kubernetes:rbac.authorization.k8s.io/v1:Role": (
         "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles"
     ),
@@ -318,15 +327,15 @@ RBAC_TYPES = {
 
 
 def _component_rbac(profile: SchedulerProfile) -> list[tuple[str, dict[str, Any]]]:
-    """(collection path, object) for the ServiceAccount and RBAC the component declares.
+    """(collection path, object) for the ServiceAccount, RBAC and Lease the component declares.
 
     The component is built under the Pulumi mocks of tests/conftest.py, so the objects are
     exactly its inputs, not a copy typed here.
     """
-    from tests.conftest import register
+    from tests.conftest import component_access, register
 
     def build() -> None:
-        access = ClusterAccess.create("cluster", "apiVersion: v1\nkind: Config\n", None)
+        access = component_access()
         BinpackScheduler(
             "binpack",
             BinpackSchedulerArgs(
@@ -354,18 +363,28 @@ def _token_kubeconfig(cp: LocalControlPlane, namespace: str, account: str, path:
     return path
 
 
-def test_binpack_scheduler_live_runs_with_only_its_own_rbac(
-    control_plane: LocalControlPlane, pool: GpuPool, tmp_path: Path
-) -> None:
-    """The component's ServiceAccount and bindings are enough for the scheduler: it syncs
-    every informer, serves delegated authn/authz, takes its Lease and binds a GPU pod."""
-    require_tools("kube-scheduler")
-    profile = replace(PROFILE, scheduler_name=f"binpack-rbac-{pool.id}")
+@contextlib.contextmanager
+def _component_objects(cp: LocalControlPlane, profile: SchedulerProfile) -> Iterator[None]:
+    """The component's ServiceAccount, RBAC and Lease on the API server, removed afterwards."""
     created = []
     try:
         for path, body in _component_rbac(profile):
-            control_plane.request("POST", path, body)
+            cp.request("POST", path, body)
             created.append(f"{path}/{body['metadata']['name']}")
+        yield
+    finally:
+        for path in reversed(created):
+            cp.request("DELETE", path)
+
+
+def test_binpack_scheduler_live_runs_with_only_its_own_rbac(
+    control_plane: LocalControlPlane, pool: GpuPool, tmp_path: Path
+) -> None:
+    """The component's ServiceAccount, bindings and Lease are enough for the scheduler: it
+    syncs every informer, serves delegated authn/authz, takes its Lease and binds a GPU pod."""
+    require_tools("kube-scheduler")
+    profile = replace(PROFILE, scheduler_name=f"binpack-rbac-{pool.id}")
+    with _component_objects(control_plane, profile):
         kubeconfig = _token_kubeconfig(
             control_plane, "kube-system", profile.scheduler_name, tmp_path / "sa.kubeconfig"
         )
@@ -381,9 +400,151 @@ def test_binpack_scheduler_live_runs_with_only_its_own_rbac(
             assert pool.schedule("rbac", scheduler, profile.scheduler_name, 1) == node
             assert _lease_holder(control_plane, "kube-system", profile.scheduler_name)
             assert "forbidden" not in scheduler.log().lower(), scheduler.tail()
+
+
+# The cluster's own kube-scheduler elects its leader on this Lease.
+CLUSTER_SCHEDULER_LEASE = ("kube-system", "kube-scheduler")
+
+
+def _service_account(name: str, namespace: str = "kube-system") -> tuple[str, list[str]]:
+    """The user name and groups the API server gives ServiceAccount `namespace/name`."""
+    return (
+        f"system:serviceaccount:{namespace}:{name}",
+        ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
+    )
+
+
+def _allowed(cp: LocalControlPlane, who: tuple[str, list[str]], **attributes: str) -> bool:
+    """The API server's answer to a SubjectAccessReview of `who` for `attributes`."""
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {"user": who[0], "groups": who[1], "resourceAttributes": attributes},
+    }
+    answer = cp.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
+    return bool(answer["status"].get("allowed"))
+
+
+def _as(
+    cp: LocalControlPlane, who: tuple[str, list[str]], method: str, path: str, body: Any
+) -> int:
+    """The HTTP status of `method path` sent as `who` (impersonated by the admin)."""
+    request = urllib.request.Request(
+        f"{cp.server}{path}", data=json.dumps(body).encode(), method=method
+    )
+    request.add_header("Content-Type", "application/json")
+    request.add_header("Impersonate-User", who[0])
+    for group in who[1]:
+        request.add_header("Impersonate-Group", group)
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=cp.ssl_context())
+    )
+    try:
+        with opener.open(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def _lease_path(namespace: str, name: str = "") -> str:
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+    return f"{path}/{name}" if name else path
+
+
+@pytest.fixture
+def cluster_scheduler_lease(control_plane: LocalControlPlane) -> Iterator[dict[str, Any]]:
+    """kube-system/kube-scheduler's Lease, as the cluster's own scheduler holds it (created
+    here when no scheduler of this control plane made it, and then removed)."""
+    namespace, name = CLUSTER_SCHEDULER_LEASE
+    try:
+        existing = control_plane.get(_lease_path(namespace, name))
+    except urllib.error.HTTPError as exc:
+        if exc.code != 404:
+            raise
+        existing = None
+    if existing is not None:
+        yield existing
+        return
+    body = {"metadata": {"name": name}, "spec": {"holderIdentity": "cp-1_kube-scheduler"}}
+    lease = control_plane.request("POST", _lease_path(namespace), body)
+    try:
+        yield lease
     finally:
-        for path in reversed(created):
-            control_plane.request("DELETE", path)
+        control_plane.request("DELETE", _lease_path(namespace, name))
+
+
+def test_binpack_scheduler_live_may_renew_its_own_lease_only(
+    control_plane: LocalControlPlane, cluster_scheduler_lease: dict[str, Any]
+) -> None:
+    """As the scheduler's ServiceAccount, with the component's RBAC and nothing else: its own
+    Lease may be read and updated; the cluster scheduler's may not, nor may any Lease be
+    created (the stack creates the scheduler's)."""
+    name = f"binpack-lease-{uuid.uuid4().hex[:8]}"
+    profile = replace(PROFILE, scheduler_name=name)
+    account = _service_account(name)
+    namespace = profile.lease_namespace
+    with _component_objects(control_plane, profile):
+        own = control_plane.get(_lease_path(namespace, name))
+        assert _as(control_plane, account, "PUT", _lease_path(namespace, name), own) == 200
+        theirs = _lease_path(*CLUSTER_SCHEDULER_LEASE)
+        taken = {**cluster_scheduler_lease, "spec": {"holderIdentity": name}}
+        assert _as(control_plane, account, "PUT", theirs, taken) == 403
+        assert control_plane.get(theirs)["spec"] == cluster_scheduler_lease["spec"]
+        another = {"metadata": {"name": f"{name}-2"}, "spec": {"holderIdentity": name}}
+        assert _as(control_plane, account, "POST", _lease_path(namespace), another) == 403
+
+
+# (verb, resource attributes, allowed) for the scheduler's ServiceAccount.
+LEASE_ACCESS = [
+    ("get", {"name": "{own}"}, True),
+    ("update", {"name": "{own}"}, True),
+    ("update", {"name": "kube-scheduler"}, False),
+    ("get", {"name": "kube-scheduler"}, False),
+    ("update", {"name": "kube-controller-manager"}, False),
+    ("create", {}, False),
+    ("delete", {"name": "{own}"}, False),
+    ("list", {}, False),
+]
+SCHEDULING_ACCESS = [
+    ("create", {"resource": "pods", "subresource": "binding", "namespace": "team-a"}, True),
+    ("patch", {"resource": "pods", "subresource": "status", "namespace": "team-a"}, True),
+    ("delete", {"resource": "pods", "namespace": "team-a"}, True),
+    ("watch", {"resource": "nodes"}, True),
+    ("create", {"resource": "events", "group": "events.k8s.io", "namespace": "team-a"}, True),
+    ("update", {"resource": "persistentvolumeclaims", "namespace": "team-a"}, True),
+    ("list", {"resource": "resourceslices", "group": "resource.k8s.io"}, True),
+    ("update", {"resource": "nodes"}, False),
+    ("create", {"resource": "pods", "namespace": "team-a"}, False),
+    ("get", {"resource": "secrets", "namespace": "kube-system"}, False),
+]
+
+
+def test_binpack_scheduler_live_subject_access_reviews_of_its_service_account(
+    control_plane: LocalControlPlane,
+) -> None:
+    """What the API server's authorizer answers for the scheduler's ServiceAccount with the
+    component's RBAC: its own Lease and what scheduling needs, nothing of the cluster
+    scheduler's leadership."""
+    name = f"binpack-sar-{uuid.uuid4().hex[:8]}"
+    profile = replace(PROFILE, scheduler_name=name)
+    account = _service_account(name)
+    with _component_objects(control_plane, profile):
+        answers = {}
+        for verb, where, _ in LEASE_ACCESS:
+            attributes = {k: v.format(own=name) for k, v in where.items()}
+            attributes.update(
+                verb=verb, group="coordination.k8s.io", resource="leases", namespace="kube-system"
+            )
+            answers[(verb, str(where))] = _allowed(control_plane, account, **attributes)
+        for verb, attributes, _ in SCHEDULING_ACCESS:
+            answers[(verb, str(attributes))] = _allowed(
+                control_plane, account, verb=verb, **attributes
+            )
+        expected = {
+            (verb, str(where)): allowed
+            for verb, where, allowed in [*LEASE_ACCESS, *SCHEDULING_ACCESS]
+        }
+        assert answers == expected
 
 
 # ----------------------------------------------------------- scoring: fragmentation

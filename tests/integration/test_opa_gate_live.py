@@ -1,28 +1,24 @@
-"""OpaGate's two engines against the real kube-apiserver, the webhook one with the real OPA.
+"""OpaGate's engines against the real kube-apiserver, the webhook one with the real OPA.
 
-Everything the API server gets is built by the component's own functions: the webhook
-(webhook_spec, pointed at a local OPA through clientConfig.url instead of the in-cluster
-Service), OPA's arguments and files (opa_run_args, policy_files, gate_data), laid out as the
-kubelet mounts a ConfigMap, and the ValidatingAdmissionPolicy and its binding. Nothing is
-ever pushed into OPA: it decides from the files it read at start-up, also after a restart.
-Pods are created with dryRun=All, so nothing is stored. The control plane is shared by the
-session: each engine is active only inside its fixture, which removes it (and waits until
-the API server has forgotten it) even when the test fails.
+The engines are registered from the component's own builders (tests/integration/gate_live.py):
+the webhook pointed at a local OPA started as the Deployment starts it, the
+ValidatingAdmissionPolicy, the MutatingAdmissionPolicy. Pods are created with dryRun=All, so
+nothing is stored, except the pods of the sample table's `debug` rows, created for real to get
+an ephemeral container and deleted again. The control plane is shared by the session: each
+engine is active only inside its fixture, which removes it (and waits until the API server has
+forgotten it) even when the test fails.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import re
-import ssl
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,84 +26,88 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from components.gpu_operator_settings import GpuOperatorSettings
+from components.gpu_operator_settings import GpuOperatorSettings, OperatorPods
 from components.opa_gate_manifests import (
-    GATE_CONFIG_FILE,
     OPA_PRIORITY_CLASS,
-    admission_policy_binding_spec,
-    admission_policy_spec,
     gate_data,
     opa_affinity,
     opa_disruption_budget,
-    opa_run_args,
-    policy_files,
-    routing_binding_spec,
-    routing_policy_spec,
-    webhook_spec,
 )
-from components.opa_gate_settings import GATE_NAME, WEBHOOK_NAME, load_policies
+from components.opa_gate_settings import GATE_NAME, OpaGateSettings
+from components.tainted_gpu_pool import Taint
 from tests.gate_samples import Identity, Sample, load_samples
-from tests.integration.conftest import built_tool
-from tools.harness import LocalControlPlane, ManagedProcess, free_port
-from tools.harness.certs import CertificateAuthority, write_private
+from tests.integration.gate_live import (
+    CPU,
+    DENIAL,
+    GPU,
+    Gate,
+    OpaServer,
+    admitted,
+    create,
+    denied_by,
+    engine_active,
+    gpu_pod,
+    http_status,
+    opa_ready,
+    opa_serving,
+    refusal,
+    stored_tolerations,
+    tolerates,
+    wait_for,
+)
+from tools.harness import LocalControlPlane
 
 # The table of sample pods and the gate data it is written for.
 SAMPLES = load_samples()
 SCHEDULER = SAMPLES.scheduler
-# The GPU Operator's namespace in these tests (a namespace removed here stays terminating on
-# the session's API server: no namespace controller), and its own pods as its settings
-# describe them (namespace and creators).
-OPERATOR_NAMESPACE = f"gpu-operator-{uuid.uuid4().hex[:8]}"
-OPERATOR_PODS = GpuOperatorSettings.model_validate(
-    {"enabled": True, "namespace": OPERATOR_NAMESPACE}
-).operator_pods()
-GATE_CONFIG = gate_data(
-    SCHEDULER, SAMPLES.gpu_resources, SAMPLES.gpu_resource_prefixes, operator_pods=OPERATOR_PODS
-)
-# The gate's own namespace in these tests: excluded by name, like kube-system.
-GATE_NAMESPACE = f"gate-own-{uuid.uuid4().hex[:8]}"
-# The label both engines used to skip; anyone who may label a namespace can set it.
-BYPASS_LABEL = {"openpolicyagent.org/webhook": "ignore"}
-LOOPBACK = "127.0.0.1"
-CPU = {"cpu": "1"}
-GPU = {"cpu": "1", "nvidia.com/gpu": "1"}
-# Until OPA answers, a new gate is in force, or a removed one is forgotten.
-TIMEOUT_S = 30.0
-POLL_S = 0.25
-
-# How the API server reports each engine's denial: (prefix of Status.message, policy message).
-DENIAL = {
-    "opa": re.compile(
-        rf"^admission webhook \"{re.escape(WEBHOOK_NAME)}\" denied the request: (?P<message>.*)$"
-    ),
-    "validating-admission-policy": re.compile(
-        r"^pods \"[^\"]+\" is forbidden: ValidatingAdmissionPolicy"
-        rf" '{GATE_NAME}' with binding '{GATE_NAME}' denied request: (?P<message>.*)$"
+# The GPU pool's taint, and the toleration TaintedGpuPool derives from it for the gate.
+POOL_TAINT = SAMPLES.pool_taint
+POOL_TOLERATION = Taint.model_validate(POOL_TAINT).toleration()
+# The GPU Operator's own pods, as __main__.py hands them to the gate: the operator the stack
+# installs (gpuOperator), or one installed outside it (admission.externalGpuOperatorNamespace).
+# Each has a namespace of its own (a namespace removed here stays terminating on the session's
+# API server: no namespace controller).
+INSTALLED, EXTERNAL = "installed", "external"
+OPERATORS: dict[str, OperatorPods | None] = {
+    INSTALLED: GpuOperatorSettings.model_validate(
+        {"enabled": True, "namespace": f"gpu-operator-{uuid.uuid4().hex[:8]}"}
+    ).operator_pods(),
+    EXTERNAL: GpuOperatorSettings().operator_pods(
+        OpaGateSettings.model_validate(
+            {"externalGpuOperatorNamespace": f"nvidia-gpu-operator-{uuid.uuid4().hex[:8]}"}
+        ).external_gpu_operator_namespace
     ),
 }
-# The routing engine refuses through the same ValidatingAdmissionPolicy.
-DENIAL["mutating-admission-policy"] = DENIAL["validating-admission-policy"]
+
+
+def _operator_namespace(source: str) -> str:
+    operator = OPERATORS[source]
+    assert operator is not None
+    return operator.namespace
+
+
+# The gate's own namespace in these tests: excluded by name, like kube-system.
+GATE_NAMESPACE = f"gate-own-{uuid.uuid4().hex[:8]}"
+GATES = {
+    source: Gate(
+        config=gate_data(
+            SCHEDULER,
+            SAMPLES.gpu_resources,
+            SAMPLES.gpu_resource_prefixes,
+            operator_pods=operator,
+        ),
+        namespace=GATE_NAMESPACE,
+        toleration=POOL_TOLERATION,
+    )
+    for source, operator in OPERATORS.items()
+}
+GATE = GATES[INSTALLED]
+# The label both engines used to skip; anyone who may label a namespace can set it.
+BYPASS_LABEL = {"openpolicyagent.org/webhook": "ignore"}
 ROUTING = "mutating-admission-policy"
 # The engines that refuse GPU pods off the scheduler rather than route them.
 REJECT_ENGINES = ("opa", "validating-admission-policy")
-POOL_TOLERATION = {
-    "key": "nvidia.com/gpu",
-    "operator": "Equal",
-    "value": "present",
-    "effect": "NoSchedule",
-}
-
-
-@dataclass(frozen=True)
-class OpaServer:
-    """A running `opa run` with the gate's policies, data and authorization."""
-
-    url: str
-    ca_pem: bytes
-    process: ManagedProcess
-
-    def context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cadata=self.ca_pem.decode())
+ENGINES = (*REJECT_ENGINES, ROUTING)
 
 
 @dataclass(frozen=True)
@@ -117,85 +117,20 @@ class Namespaces:
     """Carries BYPASS_LABEL."""
     own: str
     """The gate's own namespace."""
-    operator: str = OPERATOR_NAMESPACE
-    """The GPU Operator's namespace."""
-
-
-def _http(request: urllib.request.Request, context: ssl.SSLContext | None = None) -> int:
-    opener = urllib.request.build_opener(
-        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
+    operators: dict[str, str] = field(
+        default_factory=lambda: {s: _operator_namespace(s) for s in OPERATORS}
     )
-    try:
-        with opener.open(request, timeout=5) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except (urllib.error.URLError, OSError):
-        return 0  # not listening (yet)
+    """The GPU Operator's namespace, by where it comes from."""
 
-
-def _wait_for(what: str, check: Callable[[], bool], diagnose: Callable[[], str]) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not seen within {TIMEOUT_S:.0f} s\n{diagnose()}", pytrace=False)
-        time.sleep(POLL_S)
-
-
-# ------------------------------------------------------------------------- OPA
-
-
-def _mount_like_configmap(directory: Path, files: Mapping[str, str]) -> None:
-    """Lay out `files` as the kubelet mounts a ConfigMap volume.
-
-    The data sits in a timestamped `..<date>` directory, `..data` links to it and each key
-    is a link through `..data`, so a recursive loader finds every file three times.
-    """
-    directory.mkdir()
-    stamped = directory / "..2026_01_01_00_00_00.000000001"
-    stamped.mkdir()
-    for name, content in files.items():
-        (stamped / name).write_text(content)
-    (directory / "..data").symlink_to(stamped.name)
-    for name in files:
-        (directory / name).symlink_to(f"..data/{name}")
-
-
-def _ready(server: OpaServer) -> bool:
-    ready = urllib.request.Request(f"{server.url}/health/ready")
-    return server.process.running() and _http(ready, server.context()) == 200
+    def all(self) -> list[str]:
+        return [self.gated, self.labelled, self.own, *self.operators.values()]
 
 
 @pytest.fixture(scope="module")
 def opa_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpaServer]:
-    """OPA started as the Deployment starts it, from the same mounted files; no pushes."""
-    opa = built_tool("opa")
-    root = tmp_path_factory.mktemp("opa-gate")
-    certs = root / "certs"
-    certs.mkdir()
-    ca = CertificateAuthority("gpu-cluster opa-gate test CA")
-    serving = ca.issue("opa", ip_addresses=[LOOPBACK], server=True)
-    (certs / "tls.crt").write_bytes(serving.cert_pem)
-    write_private(certs / "tls.key", serving.key_pem)
-    _mount_like_configmap(root / "policies", policy_files(load_policies()))
-    _mount_like_configmap(root / "config", {GATE_CONFIG_FILE: json.dumps(GATE_CONFIG)})
-
-    port = free_port()
-    argv = opa_run_args(
-        https_addr=f"{LOOPBACK}:{port}",
-        certs_dir=str(certs),
-        policy_dir=str(root / "policies"),
-        config_dir=str(root / "config"),
-    )
-    process = ManagedProcess("opa", [str(opa), *argv], root / "opa.log")
-    server = OpaServer(url=f"https://{LOOPBACK}:{port}", ca_pem=ca.cert_pem, process=process)
-    process.start()
-    try:
-        # The readiness probe: anonymous GET over HTTPS, ready once policy and data are in.
-        _wait_for("OPA readiness (/health/ready)", lambda: _ready(server), process.tail)
+    """OPA with the installed operator's gate data, as the Deployment starts it; no pushes."""
+    with opa_serving(tmp_path_factory.mktemp("opa-gate"), GATE.config) as server:
         yield server
-    finally:
-        process.stop()
 
 
 def test_opa_gate_live_opa_refuses_policy_and_data_api(opa_server: OpaServer) -> None:
@@ -207,60 +142,20 @@ def test_opa_gate_live_opa_refuses_policy_and_data_api(opa_server: OpaServer) ->
     delete = urllib.request.Request(f"{base}/v1/policies/{GATE_NAME}", method="DELETE")
     read = urllib.request.Request(f"{base}/v1/data/gpu_cluster/config")
     write = urllib.request.Request(f"{base}/v1/data/gpu_cluster/config", data=b"{}", method="PUT")
-    statuses = [_http(r, context) for r in (upload, delete, read, write)]
+    statuses = [http_status(r, context) for r in (upload, delete, read, write)]
     assert statuses == [401, 401, 401, 401]
 
 
 # ---------------------------------------------------------------- API server
 
 
-def _pod(
-    name: str,
-    limits: Mapping[str, str],
-    *,
-    scheduler: str | None = None,
-    init_limits: Mapping[str, str] | None = None,
-) -> client.V1Pod:
-    def container(container_name: str, container_limits: Mapping[str, str]) -> client.V1Container:
-        return client.V1Container(
-            name=container_name,
-            image="registry.invalid/train:1",
-            resources=client.V1ResourceRequirements(limits=dict(container_limits)),
-        )
-
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name),
-        spec=client.V1PodSpec(
-            scheduler_name=scheduler,
-            automount_service_account_token=False,
-            containers=[container("main", limits)],
-            init_containers=[container("warmup", init_limits)] if init_limits else None,
-        ),
-    )
-
-
-def _create(api_client: Any, namespace: str, pod: client.V1Pod) -> str | None:
-    """Dry-run create: None when admitted, else the API server's Status.message."""
-    try:
-        client.CoreV1Api(api_client).create_namespaced_pod(namespace, pod, dry_run="All")
-    except ApiException as exc:
-        if exc.status not in (400, 403, 422, 500):
-            raise
-        message: str = json.loads(exc.body or "{}").get("message", str(exc))
-        return message
-    return None
-
-
-def _denied_by(engine: str, outcome: str | None) -> bool:
-    return outcome is not None and DENIAL[engine].match(outcome) is not None
-
-
 SERVICE_ACCOUNT_USER = re.compile(r"^system:serviceaccount:(?P<namespace>[^:]+):(?P<name>[^:]+)$")
 
 
-def _sample_creators() -> list[str]:
-    """The ServiceAccounts (user names) samples are created as, other than kube-system's."""
-    creators = {s.creator(OPERATOR_NAMESPACE) for s in SAMPLES.samples}
+def _sample_creators(operator: str, namespace: str) -> list[str]:
+    """The ServiceAccounts (user names) samples are created as in `namespace`, when the
+    operator's namespace is `operator`, other than kube-system's."""
+    creators = {s.creator(operator, namespace) for s in SAMPLES.samples}
     return sorted(
         {
             c.user
@@ -278,7 +173,7 @@ def _let_create_pods(cp: LocalControlPlane, namespace: str, user: str) -> None:
     match = SERVICE_ACCOUNT_USER.match(user)
     assert match is not None
     rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
-    name = f"sample-creator-{match['name']}"
+    name = f"sample-creator-{match['namespace']}-{match['name']}"
     role = {
         "metadata": {"name": name},
         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}],
@@ -300,16 +195,19 @@ def namespaces(control_plane: LocalControlPlane) -> Iterator[Namespaces]:
     made = Namespaces(
         gated=f"gate-team-{suffix}", labelled=f"gate-labelled-{suffix}", own=GATE_NAMESPACE
     )
-    for name in (made.gated, made.labelled, made.own, made.operator):
+    for name in made.all():
         control_plane.create_namespace(name)
     control_plane.request(
         "PATCH", f"/api/v1/namespaces/{made.labelled}", {"metadata": {"labels": BYPASS_LABEL}}
     )
-    # The samples' creators may create pods where they are created: the operator's validator
-    # (kube-apiserver's bootstrap roles already let the DaemonSet controller and nodes do so).
-    for name in (made.gated, made.operator):
-        for creator in _sample_creators():
-            _let_create_pods(control_plane, name, creator)
+    # The samples' creators may create pods where they are created: the operator's validator,
+    # a tenant's own account (kube-apiserver's bootstrap roles already let the DaemonSet
+    # controller and nodes do so).
+    for operator in made.operators.values():
+        for name in (made.gated, operator):
+            for creator in _sample_creators(operator, name):
+                with contextlib.suppress(urllib.error.HTTPError):  # granted for the other
+                    _let_create_pods(control_plane, name, creator)
     # kube-system exists, but without kube-controller-manager nothing gives it the
     # `default` ServiceAccount pods are admitted with; a real cluster has it.
     with contextlib.suppress(urllib.error.HTTPError):
@@ -321,121 +219,9 @@ def namespaces(control_plane: LocalControlPlane) -> Iterator[Namespaces]:
     try:
         yield made
     finally:
-        for name in (made.gated, made.labelled, made.own, made.operator):
+        for name in made.all():
             with contextlib.suppress(urllib.error.HTTPError):
                 control_plane.request("DELETE", f"/api/v1/namespaces/{name}")
-
-
-@contextlib.contextmanager
-def _webhook_engine(cp: LocalControlPlane, opa: OpaServer) -> Iterator[None]:
-    path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
-    hook = webhook_spec(
-        config=GATE_CONFIG,
-        gate_namespace=GATE_NAMESPACE,
-        client_config={
-            "url": f"{opa.url}/",
-            "caBundle": base64.b64encode(opa.ca_pem).decode(),
-        },
-        failure_policy="Fail",
-        timeout_seconds=5,
-    )
-    cp.request("POST", path, {"metadata": {"name": GATE_NAME}, "webhooks": [hook]})
-    try:
-        yield
-    finally:
-        cp.request("DELETE", f"{path}/{GATE_NAME}")
-
-
-@contextlib.contextmanager
-def _routing_policy(cp: LocalControlPlane) -> Iterator[None]:
-    api = "/apis/admissionregistration.k8s.io/v1"
-    policy = {
-        "metadata": {"name": GATE_NAME},
-        "spec": routing_policy_spec(GATE_CONFIG, POOL_TOLERATION, gate_namespace=GATE_NAMESPACE),
-    }
-    binding = {
-        "metadata": {"name": GATE_NAME},
-        "spec": routing_binding_spec(gate_namespace=GATE_NAMESPACE),
-    }
-    cp.request("POST", f"{api}/mutatingadmissionpolicies", policy)
-    try:
-        cp.request("POST", f"{api}/mutatingadmissionpolicybindings", binding)
-        try:
-            yield
-        finally:
-            cp.request("DELETE", f"{api}/mutatingadmissionpolicybindings/{GATE_NAME}")
-    finally:
-        cp.request("DELETE", f"{api}/mutatingadmissionpolicies/{GATE_NAME}")
-
-
-@contextlib.contextmanager
-def _routing_engine(cp: LocalControlPlane) -> Iterator[None]:
-    with _policy_engine(cp), _routing_policy(cp):
-        yield
-
-
-@contextlib.contextmanager
-def _policy_engine(cp: LocalControlPlane) -> Iterator[None]:
-    api = "/apis/admissionregistration.k8s.io/v1"
-    policy = {
-        "metadata": {"name": GATE_NAME},
-        "spec": admission_policy_spec(GATE_CONFIG, gate_namespace=GATE_NAMESPACE),
-    }
-    binding = {
-        "metadata": {"name": GATE_NAME},
-        "spec": admission_policy_binding_spec(gate_namespace=GATE_NAMESPACE),
-    }
-    cp.request("POST", f"{api}/validatingadmissionpolicies", policy)
-    try:
-        cp.request("POST", f"{api}/validatingadmissionpolicybindings", binding)
-        try:
-            yield
-        finally:
-            cp.request("DELETE", f"{api}/validatingadmissionpolicybindings/{GATE_NAME}")
-    finally:
-        cp.request("DELETE", f"{api}/validatingadmissionpolicies/{GATE_NAME}")
-
-
-@contextlib.contextmanager
-def _engine_active(
-    engine: str, cp: LocalControlPlane, api_client: Any, namespace: str, opa: OpaServer | None
-) -> Iterator[None]:
-    """The engine registered and in force; afterwards removed and no longer enforced.
-
-    A GPU pod on a scheduler of its own is refused by every engine; the routing engine is
-    in force once it also routes a GPU pod that names none.
-    """
-    probe = _pod(f"probe-{uuid.uuid4().hex[:6]}", GPU, scheduler="team-scheduler")
-    unrouted = _pod(f"probe-{uuid.uuid4().hex[:6]}", GPU)
-    last: list[str | None] = [None]
-
-    def outcome() -> str | None:
-        last[0] = _create(api_client, namespace, probe)
-        return last[0]
-
-    def routed() -> bool:
-        last[0] = _create(api_client, namespace, unrouted)
-        return last[0] is None
-
-    def diagnose() -> str:
-        logs = cp.logs()["kube-apiserver"]
-        if opa is not None:
-            logs += f"\n--- opa ---\n{opa.process.tail()}"
-        return f"last answer for a GPU pod: {last[0]!r}\n{logs}"
-
-    registered = (
-        _webhook_engine(cp, opa)
-        if opa is not None
-        else _routing_engine(cp)
-        if engine == ROUTING
-        else _policy_engine(cp)
-    )
-    with registered:
-        _wait_for(f"{engine} denying a GPU pod", lambda: _denied_by(engine, outcome()), diagnose)
-        if engine == ROUTING:
-            _wait_for(f"{engine} routing a GPU pod", routed, diagnose)
-        yield
-    _wait_for(f"{engine} removed", lambda: outcome() is None, diagnose)
 
 
 @pytest.fixture(params=REJECT_ENGINES)
@@ -448,14 +234,14 @@ def engine(
     """Each engine in turn, in force on the session's API server for one test."""
     name: str = request.param
     opa = request.getfixturevalue("opa_server") if name == "opa" else None
-    with _engine_active(name, control_plane, api_client, namespaces.gated, opa):
+    with engine_active(name, control_plane, api_client, namespaces.gated, GATE, opa):
         yield name
 
 
 def test_opa_gate_live_denies_gpu_pod_without_scheduler_name(
     engine: str, api_client: Any, namespaces: Namespaces
 ) -> None:
-    outcome = _create(api_client, namespaces.gated, _pod("train-0", GPU))
+    outcome = create(api_client, namespaces.gated, gpu_pod("train-0", GPU))
 
     assert outcome is not None, f"{engine} admitted a GPU pod on the default scheduler"
     denial = DENIAL[engine].match(outcome)
@@ -470,22 +256,22 @@ def test_opa_gate_live_denies_gpu_pod_without_scheduler_name(
 def test_opa_gate_live_admits_gpu_pod_on_binpack_scheduler(
     engine: str, api_client: Any, namespaces: Namespaces
 ) -> None:
-    pod = _pod("train-1", GPU, scheduler=SCHEDULER)
-    assert _create(api_client, namespaces.gated, pod) is None
+    pod = gpu_pod("train-1", GPU, scheduler=SCHEDULER)
+    assert create(api_client, namespaces.gated, pod) is None
 
 
 def test_opa_gate_live_admits_cpu_only_pod(
     engine: str, api_client: Any, namespaces: Namespaces
 ) -> None:
-    pod = _pod("web-0", CPU)
-    assert _create(api_client, namespaces.gated, pod) is None
+    pod = gpu_pod("web-0", CPU)
+    assert create(api_client, namespaces.gated, pod) is None
 
 
 def test_opa_gate_live_label_does_not_bypass_the_gate(
     engine: str, api_client: Any, namespaces: Namespaces
 ) -> None:
-    outcome = _create(api_client, namespaces.labelled, _pod("train-2", GPU))
-    assert _denied_by(engine, outcome), f"{engine} let a labelled namespace through: {outcome}"
+    outcome = create(api_client, namespaces.labelled, gpu_pod("train-2", GPU))
+    assert denied_by(engine, outcome), f"{engine} let a labelled namespace through: {outcome}"
 
 
 @pytest.mark.parametrize("excluded", ["own", "kube-system"])
@@ -493,7 +279,7 @@ def test_opa_gate_live_admits_gpu_pod_in_excluded_namespace(
     engine: str, api_client: Any, namespaces: Namespaces, excluded: str
 ) -> None:
     namespace = namespaces.own if excluded == "own" else "kube-system"
-    assert _create(api_client, namespace, _pod("train-3", GPU)) is None
+    assert create(api_client, namespace, gpu_pod("train-3", GPU)) is None
 
 
 # ------------------------------------------------------------------ routing
@@ -504,14 +290,8 @@ def routing(
     control_plane: LocalControlPlane, api_client: Any, namespaces: Namespaces
 ) -> Iterator[None]:
     """The routing engine (MutatingAdmissionPolicy and ValidatingAdmissionPolicy) in force."""
-    with _engine_active(ROUTING, control_plane, api_client, namespaces.gated, None):
+    with engine_active(ROUTING, control_plane, api_client, namespaces.gated, GATE):
         yield
-
-
-def _admitted(api_client: Any, namespace: str, pod: client.V1Pod) -> Any:
-    """The pod as the API server would store it (dry run)."""
-    created: Any = client.CoreV1Api(api_client).create_namespaced_pod(namespace, pod, dry_run="All")
-    return created
 
 
 def _pool_tolerations(pod: Any) -> list[tuple[Any, ...]]:
@@ -525,7 +305,7 @@ def _pool_tolerations(pod: Any) -> list[tuple[Any, ...]]:
 def test_opa_gate_live_routing_sets_scheduler_and_pool_toleration(
     routing: None, api_client: Any, namespaces: Namespaces
 ) -> None:
-    pod = _admitted(api_client, namespaces.gated, _pod("routed-0", GPU))
+    pod = admitted(api_client, namespaces.gated, gpu_pod("routed-0", GPU))
     assert pod.spec.scheduler_name == SCHEDULER
     assert _pool_tolerations(pod) == [("nvidia.com/gpu", "Equal", "present", "NoSchedule")]
 
@@ -533,9 +313,9 @@ def test_opa_gate_live_routing_sets_scheduler_and_pool_toleration(
 def test_opa_gate_live_routing_keeps_a_toleration_that_covers_the_taint(
     routing: None, api_client: Any, namespaces: Namespaces
 ) -> None:
-    own: Any = _pod("routed-1", GPU)
+    own: Any = gpu_pod("routed-1", GPU)
     own.spec.tolerations = [client.V1Toleration(key="nvidia.com/gpu", operator="Exists")]
-    pod = _admitted(api_client, namespaces.gated, own)
+    pod = admitted(api_client, namespaces.gated, own)
     assert pod.spec.scheduler_name == SCHEDULER
     assert _pool_tolerations(pod) == [("nvidia.com/gpu", "Exists", None, None)]
 
@@ -543,7 +323,7 @@ def test_opa_gate_live_routing_keeps_a_toleration_that_covers_the_taint(
 def test_opa_gate_live_routing_leaves_cpu_pods_alone(
     routing: None, api_client: Any, namespaces: Namespaces
 ) -> None:
-    pod = _admitted(api_client, namespaces.gated, _pod("web-routed", CPU))
+    pod = admitted(api_client, namespaces.gated, gpu_pod("web-routed", CPU))
     assert pod.spec.scheduler_name == "default-scheduler"
     assert _pool_tolerations(pod) == []
 
@@ -551,7 +331,8 @@ def test_opa_gate_live_routing_leaves_cpu_pods_alone(
 def test_opa_gate_live_routing_refuses_another_scheduler(
     routing: None, api_client: Any, namespaces: Namespaces
 ) -> None:
-    outcome = _create(api_client, namespaces.gated, _pod("own-0", GPU, scheduler="team-sched"))
+    pod = gpu_pod("own-0", GPU, scheduler="team-sched")
+    outcome = create(api_client, namespaces.gated, pod)
     denial = DENIAL[ROUTING].match(outcome or "")
     assert denial, f"not refused: {outcome}"
     assert denial["message"] == (
@@ -563,10 +344,10 @@ def test_opa_gate_live_routing_refuses_another_scheduler(
 def test_opa_gate_live_routing_refuses_a_pod_created_bound_to_a_node(
     routing: None, api_client: Any, namespaces: Namespaces
 ) -> None:
-    bound: Any = _pod("bound-0", GPU)
+    bound: Any = gpu_pod("bound-0", GPU)
     bound.spec.node_name = "gpu-node-1"
-    outcome = _create(api_client, namespaces.gated, bound)
-    assert _denied_by(ROUTING, outcome), f"not refused: {outcome}"
+    outcome = create(api_client, namespaces.gated, bound)
+    assert denied_by(ROUTING, outcome), f"not refused: {outcome}"
 
 
 OPA_SELECTOR = {"app.kubernetes.io/name": "opa"}
@@ -616,25 +397,27 @@ def test_opa_gate_live_decides_again_after_opa_restarts(
     opa_server: OpaServer,
 ) -> None:
     ns, process = namespaces.gated, opa_server.process
-    with _engine_active("opa", control_plane, api_client, ns, opa_server):
+    with engine_active("opa", control_plane, api_client, ns, GATE, opa_server):
         process.stop()
         try:
             # While OPA is down, failurePolicy Fail holds GPU pods back, and only them:
             # the webhook's match condition never sends other pods to OPA.
-            outage = _create(api_client, ns, _pod("train-outage", GPU, scheduler=SCHEDULER))
-            cpu_in_outage = _create(api_client, ns, _pod("web-outage", CPU))
+            outage = create(api_client, ns, gpu_pod("train-outage", GPU, scheduler=SCHEDULER))
+            cpu_in_outage = create(api_client, ns, gpu_pod("web-outage", CPU))
             # Nor the GPU Operator's own pods, though its device plugin sets
             # NVIDIA_VISIBLE_DEVICES: they are never sent.
             operand_in_outage = _create_sample(
-                control_plane, api_client, namespaces, "operator-daemonset-operand"
+                control_plane, api_client, namespaces, INSTALLED, "operator-daemonset-operand"
             )
             started = time.monotonic()
             process.start()
-            _wait_for("OPA readiness after a restart", lambda: _ready(opa_server), process.tail)
+            wait_for("OPA readiness after a restart", lambda: opa_ready(opa_server), process.tail)
             ready_s = time.monotonic() - started
             # Nothing was pushed: the restarted OPA judges from the files it read.
-            denied = _create(api_client, ns, _pod("train-restart-0", GPU))
-            admitted = _create(api_client, ns, _pod("train-restart-1", GPU, scheduler=SCHEDULER))
+            denied = create(api_client, ns, gpu_pod("train-restart-0", GPU))
+            admitted_pod = create(
+                api_client, ns, gpu_pod("train-restart-1", GPU, scheduler=SCHEDULER)
+            )
         finally:
             if not process.running():
                 process.start()
@@ -647,7 +430,10 @@ def test_opa_gate_live_decides_again_after_opa_restarts(
     denial = DENIAL["opa"].match(denied or "")
     assert denial, f"not denied by the restarted OPA: {denied}"
     assert denial["message"].startswith(f'pod "{ns}/train-restart-0" requests nvidia.com/gpu')
-    assert admitted is None
+    assert admitted_pod is None
+
+
+# ------------------------------------------------------------------ the sample table
 
 
 @contextlib.contextmanager
@@ -668,19 +454,69 @@ def _client_as(cp: LocalControlPlane, identity: Identity | None, admin: Any) -> 
         impersonating.close()
 
 
-def _sample_namespace(sample: Sample, namespaces: Namespaces) -> str:
-    return namespaces.operator if sample.namespace == "operator" else namespaces.gated
+def _sample_namespace(sample: Sample, namespaces: Namespaces, source: str) -> str:
+    return namespaces.operators[source] if sample.namespace == "operator" else namespaces.gated
 
 
 def _create_sample(
-    cp: LocalControlPlane, admin: Any, namespaces: Namespaces, name: str
+    cp: LocalControlPlane, admin: Any, namespaces: Namespaces, source: str, name: str
 ) -> str | None:
-    """Dry-run create of the table's sample `name` as its creator: None when admitted, else
-    the API server's Status.message."""
+    """Dry-run create of the table's sample `name` as its creator, with the operator from
+    `source`: None when admitted, else the API server's Status.message."""
     (sample,) = [s for s in SAMPLES.samples if s.name == name]
     pod: Any = sample.pod(name)  # the client sends a plain manifest as it is
-    with _client_as(cp, sample.creator(namespaces.operator), admin) as creator:
-        return _create(creator, _sample_namespace(sample, namespaces), pod)
+    namespace = _sample_namespace(sample, namespaces, source)
+    with _client_as(cp, sample.creator(namespaces.operators[source], namespace), admin) as who:
+        return create(who, namespace, pod)
+
+
+def _debug(
+    admin: Any, creator: Any, namespace: str, sample: Sample, name: str
+) -> tuple[str | None, str | None]:
+    """Create the sample's pod for real (bound to `sample.bind`), then add its ephemeral
+    container through pods/ephemeralcontainers (dry run), as `kubectl debug` does:
+    (why the pod could not be made, or None; the update's refusal, or None)."""
+    core, as_creator = client.CoreV1Api(admin), client.CoreV1Api(creator)
+    try:
+        manifest: Any = sample.pod(name)  # the client sends a plain manifest as it is
+        as_creator.create_namespaced_pod(namespace, manifest)
+    except ApiException as exc:
+        return f"the pod itself was refused: {refusal(exc) or exc}", None
+    try:
+        if sample.bind is not None:
+            binding = client.V1Binding(
+                metadata=client.V1ObjectMeta(name=name),
+                target=client.V1ObjectReference(kind="Node", name=sample.bind),
+            )
+            # The Status it answers is no Binding: read raw.
+            core.create_namespaced_pod_binding(name, namespace, binding, _preload_content=False)
+        pod: Any = core.read_namespaced_pod(name, namespace)
+        pod.spec.ephemeral_containers = [
+            *(pod.spec.ephemeral_containers or []),
+            sample.debug_container(),
+        ]
+        try:
+            core.replace_namespaced_pod_ephemeralcontainers(name, namespace, pod, dry_run="All")
+        except ApiException as exc:
+            message = refusal(exc)
+            if message is None:
+                raise
+            return None, message
+        return None, None
+    finally:
+        core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+
+
+def _routing_toleration_wrong(sample: Sample, api_client: Any, stored: Any, written: Any) -> str:
+    """Under the routing engine, a pod admitted onto the gate's scheduler tolerates the pool's
+    taint, and the gate gives none to a pod left elsewhere: what is wrong, or ""."""
+    had = tolerates(stored_tolerations(api_client, written), POOL_TAINT)
+    has = tolerates(stored_tolerations(api_client, stored), POOL_TAINT)
+    wanted = had or stored.spec.scheduler_name == SCHEDULER
+    if has == wanted:
+        return ""
+    state = "tolerates" if has else "does not tolerate"
+    return f"admitted with schedulerName {stored.spec.scheduler_name} but {state} {POOL_TAINT}"
 
 
 def _judge_table(
@@ -688,50 +524,104 @@ def _judge_table(
     cp: LocalControlPlane,
     api_client: Any,
     namespaces: Namespaces,
+    source: str,
     opa: OpaServer | None,
 ) -> list[str]:
-    """With `engine` in force, each sample's disagreement with the table, if any."""
+    """With `engine` in force (the operator from `source`), each sample's disagreement with
+    the table, if any."""
     wrong: list[str] = []
-    with _engine_active(engine, cp, api_client, namespaces.gated, opa):
+    with engine_active(engine, cp, api_client, namespaces.gated, GATES[source], opa):
         for i, sample in enumerate(SAMPLES.samples):
-            name = f"sample-{i}"
-            namespace = _sample_namespace(sample, namespaces)
+            name = f"sample-{i}-{uuid.uuid4().hex[:4]}"
+            namespace = _sample_namespace(sample, namespaces, source)
             pod: Any = sample.pod(name)
             written = pod["spec"].get("schedulerName", "default-scheduler")
             expected = sample.verdict(engine)
-            try:
-                with _client_as(cp, sample.creator(namespaces.operator), api_client) as creator:
-                    core = client.CoreV1Api(creator)
-                    stored: Any = core.create_namespaced_pod(namespace, pod, dry_run="All")
-            except ApiException as exc:
-                message = json.loads(exc.body or "{}").get("message", str(exc))
-                denial = DENIAL[engine].match(message)
-                wanted = (sample.message or "").replace("{pod}", f"{namespace}/{name}")
-                if denial is None:
-                    wrong.append(f"{engine} {sample.name}: not the gate's refusal: {message}")
-                elif expected != "refused" or wanted not in denial["message"]:
-                    wrong.append(f"{engine} {sample.name}: refused ({denial['message']})")
-                continue
-            scheduler = stored.spec.scheduler_name
-            outcome = "routed" if scheduler == SCHEDULER and written != SCHEDULER else "allowed"
-            if outcome == "allowed" and scheduler != written:
-                outcome = f"admitted with schedulerName {scheduler}"
-            if outcome != expected:
-                wrong.append(f"{engine} {sample.name}: {outcome}, table says {expected}")
+            wanted = (sample.message or "").replace("{pod}", f"{namespace}/{name}")
+            creator = sample.creator(namespaces.operators[source], namespace)
+            with _client_as(cp, creator, api_client) as who:
+                if sample.debug is not None:
+                    broken, message = _debug(api_client, who, namespace, sample, name)
+                    if broken is not None:
+                        wrong.append(f"{engine} {sample.name}: {broken}")
+                        continue
+                    if message is None:
+                        if expected != "allowed":
+                            wrong.append(f"{engine} {sample.name}: debug container added")
+                        continue
+                else:
+                    try:
+                        stored = admitted(who, namespace, pod)
+                    except ApiException as exc:
+                        message = refusal(exc) or str(exc)
+                    else:
+                        scheduler = stored.spec.scheduler_name
+                        routed = scheduler == SCHEDULER and written != SCHEDULER
+                        outcome = "routed" if routed else "allowed"
+                        if outcome == "allowed" and scheduler != written:
+                            outcome = f"admitted with schedulerName {scheduler}"
+                        if outcome != expected:
+                            wrong.append(
+                                f"{engine} {sample.name}: {outcome}, table says {expected}"
+                            )
+                        elif engine == ROUTING and (
+                            why := _routing_toleration_wrong(sample, api_client, stored, pod)
+                        ):
+                            wrong.append(f"{engine} {sample.name}: {why}")
+                        continue
+            denial = DENIAL[engine].match(message)
+            if denial is None:
+                wrong.append(f"{engine} {sample.name}: not the gate's refusal: {message}")
+            elif expected != "refused" or wanted not in denial["message"]:
+                wrong.append(f"{engine} {sample.name}: refused ({denial['message']})")
     return wrong
 
 
+@pytest.mark.parametrize("source", [INSTALLED, EXTERNAL])
 def test_opa_gate_live_engines_reach_the_sample_tables_verdicts(
     control_plane: LocalControlPlane,
     api_client: Any,
     namespaces: Namespaces,
-    opa_server: OpaServer,
+    tmp_path: Path,
+    source: str,
 ) -> None:
-    """tests/fixtures/gate_samples.yaml: every engine, every sample, one verdict each."""
-    ns = namespaces
-    wrong = [
-        *_judge_table("opa", control_plane, api_client, ns, opa_server),
-        *_judge_table("validating-admission-policy", control_plane, api_client, ns, None),
-        *_judge_table(ROUTING, control_plane, api_client, ns, None),
-    ]
+    """tests/fixtures/gate_samples.yaml: every engine, every sample, one verdict each, with the
+    operator the stack installs and with one installed outside it."""
+    with opa_serving(tmp_path / "opa", GATES[source].config) as opa:
+        wrong = [
+            line
+            for engine in ENGINES
+            for line in _judge_table(engine, control_plane, api_client, namespaces, source, opa)
+        ]
     assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_opa_gate_live_an_operator_outside_the_stack_is_known_only_by_its_namespace(
+    control_plane: LocalControlPlane,
+    api_client: Any,
+    namespaces: Namespaces,
+    tmp_path: Path,
+    engine: str,
+) -> None:
+    """The gate set up for an operator outside the stack lets its validator's workload
+    through in that operator's namespace, and refuses the same pod, from the same kind of
+    account, in the namespace of the operator the stack would install."""
+    external, elsewhere = namespaces.operators[EXTERNAL], namespaces.operators[INSTALLED]
+    (sample,) = [s for s in SAMPLES.samples if s.name == "operator-plugin-validator-workload"]
+    outcomes = {}
+    with contextlib.ExitStack() as stack:
+        opa = (
+            stack.enter_context(opa_serving(tmp_path / "opa", GATES[EXTERNAL].config))
+            if engine == "opa"
+            else None
+        )
+        stack.enter_context(
+            engine_active(engine, control_plane, api_client, namespaces.gated, GATES[EXTERNAL], opa)
+        )
+        for namespace in (external, elsewhere):
+            creator = sample.creator(namespace, namespace)
+            with _client_as(control_plane, creator, api_client) as who:
+                outcomes[namespace] = create(who, namespace, sample.pod("validator-probe"))
+    assert outcomes[external] is None, outcomes[external]
+    assert denied_by(engine, outcomes[elsewhere]), outcomes[elsewhere]
