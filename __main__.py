@@ -45,7 +45,14 @@ skew_warning = check_version_skew(
 if skew_warning:
     pulumi.log.warn(skew_warning)
 
-access = ClusterAccess.create("cluster", config.kubernetes.kubeconfig, config.kubernetes.context)
+# The claim on the cluster, written only once every object declared below was checked live:
+# none may exist that this stack did not create (access.seal(), the program's last call).
+access = ClusterAccess.create(
+    "cluster",
+    config.kubernetes.kubeconfig,
+    config.kubernetes.context,
+    retake_claim=config.retake_claim,
+)
 
 extended = ExtendedResourceNodes(
     "extended-resources",
@@ -57,9 +64,7 @@ extended = ExtendedResourceNodes(
 # tainted (GPU pods admitted before it would lack it).
 control_plane = None
 if config.control_plane.enabled:
-    control_plane = ControlPlaneFeatures(
-        "control-plane", config.control_plane_args(access, pulumi.get_stack())
-    )
+    control_plane = ControlPlaneFeatures("control-plane", config.control_plane_args(access))
 
 # After the extended resources too: both layers write the same Node objects, and one after the
 # other neither layer's writes conflict with the other's.
@@ -77,21 +82,19 @@ if config.gpu_operator.enabled:
         GpuOperatorArgs.from_settings(config.gpu_operator, access=access, taint=gpu_pool.taint),
     )
 
-# What GPU pods ask for, from the GPU Operator's settings (time-slicing renamed, MIG mixed):
-# weighted by the scheduler, gated and routed with the pool's toleration by the gate.
-gpu_resources = config.gpu_operator.gpu_resources()
-
 scheduler = BinpackScheduler(
     "binpack-scheduler",
     BinpackSchedulerArgs.from_settings(
         config.scheduler,
         access=access,
         kubernetes_version=config.kubernetes_version,
-        gpu_resources=gpu_resources.names,
-        gpu_shared=gpu_resources.shared,
-        gpu_prefixes=gpu_resources.prefixes,
+        advertised=config.gpu_operator.gpu_resources(),
     ),
 )
+# What GPU pods ask for, as the scheduler weighs it: what the GPU Operator's settings advertise
+# (time-slicing renamed, MIG mixed) and scheduler.gpuResources adds; gated and routed with the
+# pool's toleration by the gate, counted by the monitoring.
+gpu_resources = scheduler.gpu_resources
 
 # Advertised extended resources are named by the layer that advertises them.
 advertised_names = extended.resources.apply(
@@ -107,7 +110,9 @@ gate = OpaGate(
         device_resources=gpu_resources.names,
         gpu_resource_prefixes=gpu_resources.prefixes,
         pool_toleration=gpu_pool.toleration,
-        operator_pods=config.gpu_operator.operator_pods(),
+        operator_pods=config.gpu_operator.operator_pods(
+            config.admission.external_gpu_operator_namespace
+        ),
     ),
 )
 
@@ -151,3 +156,6 @@ if monitoring is not None:
     pulumi.export("gpuDashboardUid", monitoring.dashboard_uid)
     pulumi.export("gpuAlertRule", monitoring.rule_name)
     pulumi.export("dcgmServiceMonitor", monitoring.dcgm_service_monitor)
+
+# Everything is declared: check the claim and every declared object on the cluster, then apply.
+access.seal()

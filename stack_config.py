@@ -43,8 +43,12 @@ from components.opa_gate_settings import (
     ROUTING_ENGINE,
     ROUTING_MIN_MINOR,
     OpaGateSettings,
+    operator_conflict_problem,
+    pool_resources,
+    pool_toleration_problem,
 )
 from components.settings import (
+    BOOL,
     NOT_SHOWN,
     PLAIN_TEXT_SHOWN,
     PROJECT,
@@ -77,10 +81,6 @@ SUPPORTED_MINORS = range(35, 38)
 DEFAULT_KUBERNETES_VERSION = "v1.37.2"
 
 _VERSION = re.compile(r"v[0-9]+\.[0-9]+\.[0-9]+", re.ASCII)
-
-# Domains of the taints and labels Kubernetes itself manages (node.kubernetes.io/not-ready, ...).
-# Ref: https://kubernetes.io/docs/reference/labels-annotations-taints/
-RESERVED_DOMAINS = ("kubernetes.io", "k8s.io")
 
 # Keys whose values are never shown in a message, whatever the stack stores them as.
 ALWAYS_SECRET = frozenset({"sshPrivateKey", "grafanaAdminPassword"})
@@ -251,6 +251,11 @@ class StackConfig(Settings):
     gpu-cluster:grafanaAdminPassword`. Required when monitoring.enabled is true, unless
     monitoring.grafanaAdminSecret names an existing Secret."""
 
+    retake_claim: Annotated[bool, BOOL] = False
+    """Take the cluster back when this stack's claim (ConfigMap kube-system/gpu-cluster) was
+    deleted: once, with `pulumi up --refresh --config gpu-cluster:retakeClaim=true`, after
+    checking that no other stack manages the cluster; then remove the key."""
+
     @model_validator(mode="after")
     def _context_in_kubeconfig(self) -> Self:
         """A kubeContext missing from the given kubeconfig would fail at the first API call."""
@@ -280,6 +285,47 @@ class StackConfig(Settings):
             key="admission.engine",
             value=self.admission.engine,
         )
+
+    @model_validator(mode="after")
+    def _gated_pods_tolerate_the_pool(self) -> Self:
+        """Every GPU pod the gate keeps on the binpack scheduler tolerates the pool's taint."""
+        names, prefixes = pool_resources(
+            self.scheduler.gpu_resources_with(self.gpu_operator.gpu_resources()),
+            self.extended_resources,
+            self.gpu_pool.nodes,
+            gate_extended_resources=self.admission.gate_extended_resources,
+        )
+        found = pool_toleration_problem(
+            engine=self.admission.engine,
+            kubernetes_version=self.kubernetes_version,
+            admission_plugins=(
+                self.control_plane.admission_plugins if self.control_plane.enabled else ()
+            ),
+            taint=self.gpu_pool.taint.as_dict(),
+            names=names,
+            prefixes=prefixes,
+        )
+        if found is not None:
+            raise problem(found.allowed, key=found.key, value=found.value)
+        return self
+
+    @model_validator(mode="after")
+    def _one_gpu_operator(self) -> Self:
+        """An operator outside the stack only where the stack installs none."""
+        monitoring = self.monitoring
+        found = operator_conflict_problem(
+            external_namespace=self.admission.external_gpu_operator_namespace,
+            operator_enabled=self.gpu_operator.enabled,
+            operator_namespace=self.gpu_operator.namespace,
+            created_namespaces=(
+                {monitoring.namespace: "monitoring.namespace"}
+                if monitoring.enabled and monitoring.create_namespace
+                else {}
+            ),
+        )
+        if found is not None:
+            raise problem(found.allowed, key=found.key, value=found.value)
+        return self
 
     @model_validator(mode="after")
     def _one_layer_per_namespace(self) -> Self:
@@ -322,12 +368,6 @@ class StackConfig(Settings):
                 f"{PROJECT}:kubernetesVersion {self.kubernetes_version} is outside the tested "
                 f"range v1.{SUPPORTED_MINORS.start}-v1.{SUPPORTED_MINORS.stop - 1}"
             )
-        domain = self.gpu_pool.taint.key.rpartition("/")[0]
-        if any(domain == d or domain.endswith(f".{d}") for d in RESERVED_DOMAINS):
-            found.append(
-                f"{PROJECT}:gpuPool.taint.key {self.gpu_pool.taint.key} is in a domain "
-                "Kubernetes reserves for its own taints; its controllers may act on or remove it"
-            )
         for node, counts in self.extended_resources.items():
             found.extend(
                 f"{PROJECT}:extendedResources.{node}.{name} advertises 0; no pod can be "
@@ -337,11 +377,10 @@ class StackConfig(Settings):
             )
         return tuple(found)
 
-    def control_plane_args(self, access: ClusterAccess, stack: str) -> ControlPlaneFeaturesArgs:
+    def control_plane_args(self, access: ClusterAccess) -> ControlPlaneFeaturesArgs:
         """ControlPlaneFeatures' inputs: controlPlane with hosts resolved to their addresses."""
         return self.control_plane.args(
             access=access,
-            stack=stack,
             ssh_private_key=self.ssh_private_key,
             addresses={node.name: node.address for node in self.nodes},
             previous_names={node.name: node.previous_names for node in self.nodes},
@@ -393,12 +432,13 @@ def parse_stack_config(
 
 
 def _is_structured(key: str) -> bool:
-    """Whether a top-level key holds an object or a list (Pulumi passes those as JSON text)."""
+    """Whether a top-level key holds an object, a list or a boolean (Pulumi passes those as
+    JSON text)."""
     info = next((i for n, i in StackConfig.model_fields.items() if (i.alias or n) == key), None)
     if info is None:
         return True
     default = info.get_default(call_default_factory=True)
-    return isinstance(default, Mapping | tuple | list | Settings)
+    return isinstance(default, Mapping | tuple | list | Settings | bool)
 
 
 def decode_raw_config(raw: Mapping[str, str]) -> dict[str, Any]:

@@ -4,14 +4,17 @@ credentials from the run's config (components/providers/credentials.py).
 
 One stack manages a cluster, and the cluster says which: the claim, ConfigMap
 kube-system/<project>, records the stack's id (minted on its first `up`, kept across a
-`pulumi stack rename`) and its organization/project/stack, and is created before anything else (the
-provider every object uses depends on it; the node and control-plane layers wait for it too).
-The kubernetes provider applies objects server-side and, on create, takes over an object that
-already exists; the claim alone is applied without force, so a second stack's `up` stops on
-the claim's field conflict before it has taken over anything of the first stack, and so its
-`destroy` cannot delete anything of the first. Every other object of the stack is applied with
-force (`pulumi.com/patchForce`): the stack is the one source of its objects, and the next
-`pulumi up` puts back what a hand edit (`kubectl edit`) changed.
+`pulumi stack rename`), its organization/project/stack and the objects the stack manages, and is
+written before anything else (the provider every object uses depends on it; the node and
+control-plane layers wait for it too). The kubernetes provider applies objects server-side and,
+on create, takes over an object that already exists; so every `preview` and `up` first reads
+the claim and every object the program declares from the cluster (components/ownership.py),
+and the claim is written only when the claim is this stack's (or there is none yet) and no
+declared object exists that the stack did not create. The claim alone is applied without force,
+so a second stack's `up` that got past the check still stops on the claim's field conflict.
+Every other object of the stack is applied with force (`pulumi.com/patchForce`): the stack is
+the one source of its objects, and the next `pulumi up` puts back what a hand edit (`kubectl
+edit`) changed.
 
 Also the one look at the live cluster before anything is declared: the configured
 kubernetesVersion (the binpack scheduler's image tag) against the API server's /version.
@@ -20,14 +23,21 @@ kubernetesVersion (the binpack scheduler's image tag) against the API server's /
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components.kubernetes_version import major_minor
+from components.ownership import (
+    HELM_RELEASE_API,
+    HELM_RELEASE_KIND,
+    ClaimKeys,
+    ObjectRef,
+    Ownership,
+)
 from components.providers.node_api import (
     api_client_from_kubeconfig,
     stack_identity,
@@ -41,6 +51,8 @@ CLAIM_KEY = "managed-by-stack"
 (`.data.managed-by-stack`)."""
 CLAIM_LABEL_KEY = "stack"
 """The claim's data key for the stack's readable organization/project/stack."""
+CLAIM_OBJECTS_KEY = "objects"
+"""The claim's data key for the objects the stack manages (JSON, one a line)."""
 PATCH_FORCE = "pulumi.com/patchForce"
 """The kubernetes provider's annotation: apply this object with force (take over fields)."""
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -133,17 +145,62 @@ def _forced(metadata: Any) -> Any:
     return forced
 
 
-def apply_with_force(
-    claim: pulumi.Resource,
+def _plain(value: Any, what: str, kind: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(
+            f"{kind}'s {what} must be a plain string, so the stack can check the object on "
+            f"the cluster before applying anything; got {type(value).__name__}"
+        )
+    return value
+
+
+def _object_ref(type_: str, props: Mapping[str, Any]) -> ObjectRef | None:
+    """What a Kubernetes resource of `type_` with `props` names; None for one the API server
+    names (no metadata.name)."""
+    if type_ == HELM_RELEASE:
+        name = _plain(props.get("name"), "name", type_)
+        namespace = _plain(props.get("namespace"), "namespace", type_) or "default"
+        return ObjectRef(HELM_RELEASE_API, HELM_RELEASE_KIND, namespace, name) if name else None
+    metadata = props.get("metadata")
+    if isinstance(metadata, pulumi.Output):
+        raise TypeError(f"{type_}'s metadata must be plain, so the stack can check the object")
+    if metadata is None:
+        return None
+    get = metadata.get if isinstance(metadata, dict) else lambda k: getattr(metadata, k, None)
+    name = _plain(get("name"), "metadata.name", type_)
+    if not name:
+        return None
+    api_version = _plain(props.get("api_version") or props.get("apiVersion"), "apiVersion", type_)
+    kind = _plain(props.get("kind"), "kind", type_)
+    return ObjectRef(api_version, kind, _plain(get("namespace"), "metadata.namespace", type_), name)
+
+
+def _layer_key(parent: pulumi.Resource | None) -> str:
+    """The config section of the layer whose child a resource is (ClusterLayer.CONFIG_SECTION)."""
+    key = getattr(parent, "CONFIG_SECTION", None)
+    return key if isinstance(key, str) else "objects"
+
+
+def stack_transformation(
+    claim: pulumi.Resource, ownership: Ownership | None = None
 ) -> Callable[[pulumi.ResourceTransformationArgs], pulumi.ResourceTransformationResult | None]:
-    """A stack transformation: every Kubernetes object but `claim` (and Helm releases, which
-    own no metadata) is applied with force."""
+    """A stack transformation for every Kubernetes object but `claim`: each is declared to
+    `ownership` (checked on the cluster before anything is applied), and applied with force
+    (Helm releases own no metadata)."""
 
     def transform(
         args: pulumi.ResourceTransformationArgs,
     ) -> pulumi.ResourceTransformationResult | None:
         kind = args.type_
-        if not kind.startswith("kubernetes:") or kind == HELM_RELEASE or args.resource is claim:
+        if not kind.startswith("kubernetes:") or args.resource is claim:
+            return None
+        ref = _object_ref(kind, args.props)
+        if ownership is not None and ref is not None:
+            key = _layer_key(args.opts.parent if args.opts else None)
+            ownership.declare(ref, f"{key}.namespace" if ref.is_namespace else key)
+        if kind == HELM_RELEASE:
             return None
         props = {**args.props, "metadata": _forced(args.props.get("metadata"))}
         return pulumi.ResourceTransformationResult(props, args.opts)
@@ -160,6 +217,19 @@ class ClusterAccess:
     the claim)."""
     claim: pulumi.Resource | None = None
     """The stack's claim on the cluster: what the layers that do not use `provider` wait for."""
+    ownership: Ownership | None = None
+    """What the program declares, checked on the cluster before the claim is written."""
+
+    def use_namespace(self, name: str, key: str) -> None:
+        """A layer uses namespace `name` (config key `key`) without creating it: it must exist."""
+        if self.ownership is not None:
+            self.ownership.used_namespaces[name] = key
+
+    def seal(self) -> None:
+        """Every object is declared: check them on the cluster, then write the claim (the
+        program's last call; nothing of the stack is applied before it)."""
+        if self.ownership is not None:
+            self.ownership.seal()
 
     @property
     def after_claim(self) -> list[pulumi.Resource]:
@@ -174,11 +244,24 @@ class ClusterAccess:
         return [*self.after_claim, *([extra] if isinstance(extra, pulumi.Resource) else extra)]
 
     @classmethod
-    def create(cls, name: str, kubeconfig: str, context: str | None) -> ClusterAccess:
+    def create(
+        cls, name: str, kubeconfig: str, context: str | None, *, retake_claim: bool = False
+    ) -> ClusterAccess:
         """The claim (its own provider), then the provider everything else uses, both with
-        `kubeconfig` content as a secret; registers the stack transformation that applies every
-        other object with force."""
+        `kubeconfig` content as a secret; registers the stack transformation that declares
+        every other object to the ownership check and applies it with force. The claim waits
+        for `seal()`."""
         secret = pulumi.Output.secret(kubeconfig)
+        identity = stack_identity()
+        ownership = Ownership(
+            stack_id=identity,
+            stack_label=stack_label(),
+            retake=retake_claim,
+            kubeconfig=kubeconfig,
+            context=context,
+            claim_where=(CLAIM_NAMESPACE, PROJECT),
+            keys=ClaimKeys(CLAIM_KEY, CLAIM_LABEL_KEY, CLAIM_OBJECTS_KEY),
+        )
 
         def provider(provider_name: str, opts: pulumi.ResourceOptions | None = None) -> Any:
             return k8s.Provider(
@@ -200,16 +283,23 @@ class ClusterAccess:
                 "namespace": CLAIM_NAMESPACE,
                 "labels": {"app.kubernetes.io/part-of": PROJECT},
             },
-            data={CLAIM_KEY: stack_identity(), CLAIM_LABEL_KEY: stack_label()},
+            data={
+                CLAIM_KEY: identity,
+                CLAIM_LABEL_KEY: stack_label(),
+                CLAIM_OBJECTS_KEY: ownership.verified,
+            },
             opts=pulumi.ResourceOptions(provider=provider(f"{name}-claim-provider")),
         )
-        pulumi.runtime.register_stack_transformation(apply_with_force(claim))
+        pulumi.runtime.register_stack_transformation(stack_transformation(claim, ownership))
         main = provider(name, pulumi.ResourceOptions(depends_on=[claim]))
-        return cls(provider=main, claim=claim)
+        return cls(provider=main, claim=claim, ownership=ownership)
 
 
 class ClusterLayer(pulumi.ComponentResource):
     """A layer whose children are Kubernetes objects applied through the stack's provider."""
+
+    CONFIG_SECTION: ClassVar[str]
+    """The layer's section of the stack config (what a refusal of one of its objects names)."""
 
     def __init__(
         self, token: str, name: str, access: ClusterAccess, opts: pulumi.ResourceOptions | None

@@ -61,6 +61,8 @@ class GpuOperatorArgs(GpuOperatorSettings):
 class GpuOperator(ClusterLayer):
     """The NVIDIA GPU Operator in its own namespace, tolerating the GPU pool's taint."""
 
+    CONFIG_SECTION = "gpuOperator"
+
     namespace: pulumi.Output[str]
     """The operator's namespace."""
     release_name: pulumi.Output[str]
@@ -80,15 +82,24 @@ class GpuOperator(ClusterLayer):
         super().__init__(TOKEN, name, args.access, opts)
         child = self.children
 
-        namespace = k8s.core.v1.Namespace(
-            f"{name}-namespace", metadata=operator_namespace(args.namespace)["metadata"], opts=child
-        )
-        namespace_name = namespace.metadata.apply(lambda m: str(m["name"]))
+        # The namespace by name (plain, so the stack checks its objects before applying any);
+        # the objects in it wait for it when the layer creates it.
+        if args.create_namespace:
+            namespace = k8s.core.v1.Namespace(
+                f"{name}-namespace",
+                metadata=operator_namespace(args.namespace)["metadata"],
+                opts=child,
+            )
+            child = pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[namespace])
+            )
+        else:
+            args.access.use_namespace(args.namespace, f"{self.CONFIG_SECTION}.namespace")
 
         config_name: pulumi.Output[str | None] = pulumi.Output.from_input(None)
         if args.device_plugin.time_slicing is not None:
             config = time_slicing_config_map(
-                args.device_plugin.time_slicing, args.mig.strategy, namespace_name
+                args.device_plugin.time_slicing, args.mig.strategy, args.namespace
             )
             time_slicing = k8s.core.v1.ConfigMap(
                 f"{name}-time-slicing", metadata=config["metadata"], data=config["data"], opts=child
@@ -107,13 +118,18 @@ class GpuOperator(ClusterLayer):
             f"{name}-release",
             name=RELEASE_NAME,
             **helm_chart("gpu-operator", args.repository, args.version),
-            namespace=namespace_name,
+            namespace=args.namespace,
             values=values,
             # The new ClusterPolicy may carry fields only the hook's new CRD knows.
             disable_openapi_validation=args.operator.upgrade_crd,
             opts=child,
         )
-        self._publish(release.status, namespace_name, values, args.dcgm_exporter.enabled)
+        self._publish(
+            release.status,
+            pulumi.Output.from_input(args.namespace),
+            values,
+            args.dcgm_exporter.enabled,
+        )
 
     def _publish(
         self,

@@ -156,7 +156,11 @@ class GpuOperatorSettings(Settings):
     enabled: Annotated[bool, BOOL] = False
     """Build the GpuOperator layer (needs a reachable chart repository)."""
     namespace: Annotated[str, NAMESPACE] = "gpu-operator"
-    """The operator's own namespace (created here, so no other layer's)."""
+    """The operator's namespace. Created (and deleted on destroy) by this layer, so it must
+    not exist before the first `up`, unless createNamespace is false."""
+    create_namespace: Annotated[bool, BOOL] = True
+    """Create `namespace` (true), or use an existing one without owning it (false: it must
+    exist, admit privileged pods, and `destroy` leaves it)."""
     repository: Annotated[str, HELM_REPOSITORY] = DEFAULT_REPOSITORY
     """Where the chart comes from: a chart repository URL, an OCI registry (oci://host/path)
     or a local chart archive or directory (air-gapped installs; `version` is then the copy's)."""
@@ -182,20 +186,32 @@ class GpuOperatorSettings(Settings):
     """Free-form chart values, deep-merged last over everything above.
     dcgmExporter.serviceMonitor.enabled true is rejected while monitoring is enabled."""
 
-    def operator_pods(self) -> OperatorPods | None:
-        """The operator's own pods (the admission gate lets them through); None when disabled."""
-        if not self.enabled:
+    def operator_pods(self, external_namespace: str = "") -> OperatorPods | None:
+        """The GPU Operator's own pods, which the admission gate lets through: those of the
+        operator this layer installs, or (disabled) of one installed outside the stack in
+        `external_namespace` (admission.externalGpuOperatorNamespace), made the same way by the
+        same chart; None when there is neither. Naming both is refused by the stack config."""
+        if self.enabled and external_namespace:
+            raise ValueError(
+                f"the stack installs the GPU Operator in {self.namespace}; an operator outside "
+                f"it ({external_namespace}) is for gpuOperator.enabled false"
+            )
+        namespace = self.namespace if self.enabled else external_namespace
+        if not namespace:
             return None
-        validator = f"system:serviceaccount:{self.namespace}:{VALIDATOR_SERVICE_ACCOUNT}"
-        return OperatorPods(namespace=self.namespace, creators=(validator,))
+        validator = f"system:serviceaccount:{namespace}:{VALIDATOR_SERVICE_ACCOUNT}"
+        return OperatorPods(namespace=namespace, creators=(validator,))
 
     def gpu_resources(self) -> GpuResources:
         """The GPU resources the device plugin advertises with these settings.
 
         Whole GPUs stay nvidia.com/gpu on every path (GPUs outside MIG under mixed, nodes
         outside the time-slicing config), so it is always listed. Disabled, the operator
-        advertises nothing of its own: the plain name only.
+        advertises nothing of its own: the plain name only. The names are
+        components/gpu_resources.py's.
         """
+        from components.gpu_resources import MIG_PREFIX, SHARED_GPU
+
         names = [WHOLE_GPU]
         prefixes: list[str] = []
         shared: list[tuple[str, int]] = []
@@ -206,7 +222,7 @@ class GpuOperatorSettings(Settings):
             if time_slicing.rename_by_default:
                 names.append(SHARED_GPU)
         if self.enabled and self.mig.strategy == "mixed":
-            prefixes.append(MIG_PROFILE_PREFIX)
+            prefixes.append(MIG_PREFIX)
         return GpuResources(names=tuple(names), prefixes=tuple(prefixes), shared=tuple(shared))
 
     @model_validator(mode="after")

@@ -13,7 +13,10 @@
   (components/alerts/gpu.rules.yaml): a new XID code (hardware, or raised by the application),
   GPU above 85 C for 5 minutes, a GPU pod unschedulable for 10 minutes, a GPU node with nothing
   allocatable for 5 minutes (device plugin down, GPUs unhealthy), and, when the stack scrapes
-  dcgm-exporter, GPU nodes without its metrics and no dcgm-exporter target at all.
+  dcgm-exporter, GPU nodes without its metrics and no dcgm-exporter target at all. A node
+  whose GPU Operator operands were removed on purpose (labelled
+  nvidia.com/gpu.deploy.operands=false) counts as no GPU node for those, so the chart values
+  allow-list that label in kube-state-metrics (stack_values).
   Both select GPU resources by a regex built from the GPU Operator's settings (gpu_resources,
   GpuOperatorSettings.gpu_resources(), as the gate and the scheduler get them), in
   kube-state-metrics' names; the tests parse every PromQL expression with Prometheus' parser
@@ -110,6 +113,8 @@ def _custom_resource(
 class MonitoringStack(ClusterLayer):
     """Prometheus, Grafana, the DCGM ServiceMonitor, the GPU dashboard and GPU alerts."""
 
+    CONFIG_SECTION = "monitoring"
+
     namespace: pulumi.Output[str]
     """The stack's namespace."""
     release_status: pulumi.Output[str]
@@ -158,7 +163,7 @@ class MonitoringStack(ClusterLayer):
         monitor_name = self._dcgm_monitor(args, namespace, after_release)
 
         status = release.status
-        self.namespace = namespace
+        self.namespace = pulumi.Output.from_input(namespace)
         self.release_status = status.apply(lambda s: str(s.status))
         self.chart_version = status.apply(lambda s: str(s.version))
         self.grafana_service = status.apply(lambda s: f"{s.namespace}/{s.name}-grafana")
@@ -179,24 +184,24 @@ class MonitoringStack(ClusterLayer):
             }
         )
 
-    def _namespace(self, args: MonitoringStackArgs) -> pulumi.Output[str]:
-        """The stack's namespace. An existing admin Secret lives in a namespace the user
-        created beforehand, so the namespace is the user's: the stack creates (and deletes)
-        it only when it also creates the Secret."""
-        if args.grafana_admin_secret is not None:
-            return pulumi.Output.from_input(args.namespace)
-        namespace = monitoring_namespace(args.namespace)
-        return _metadata_name(
-            k8s.core.v1.Namespace(
-                f"{self.pulumi_resource_name}-namespace",
-                metadata=namespace["metadata"],
-                opts=self.children,
-            )
+    def _namespace(self, args: MonitoringStackArgs) -> str:
+        """The stack's namespace: created here unless createNamespace is false (then it must
+        exist, and destroy leaves it). Its name is plain, so the stack checks its objects before
+        applying any; the children declared after this wait for the namespace it creates."""
+        if not args.create_namespace:
+            args.access.use_namespace(args.namespace, f"{self.CONFIG_SECTION}.namespace")
+            return args.namespace
+        namespace = k8s.core.v1.Namespace(
+            f"{self.pulumi_resource_name}-namespace",
+            metadata=monitoring_namespace(args.namespace)["metadata"],
+            opts=self.children,
         )
+        self.children = pulumi.ResourceOptions.merge(
+            self.children, pulumi.ResourceOptions(depends_on=[namespace])
+        )
+        return args.namespace
 
-    def _grafana_secret(
-        self, args: MonitoringStackArgs, namespace: pulumi.Output[str]
-    ) -> pulumi.Output[str]:
+    def _grafana_secret(self, args: MonitoringStackArgs, namespace: str) -> pulumi.Output[str]:
         """The name of the Secret with Grafana's admin login: created from the password, or
         the existing one named in the settings."""
         if args.grafana_admin_password is None:
@@ -214,7 +219,7 @@ class MonitoringStack(ClusterLayer):
         )
 
     def _alerts(
-        self, args: MonitoringStackArgs, namespace: pulumi.Output[str], opts: pulumi.ResourceOptions
+        self, args: MonitoringStackArgs, namespace: str, opts: pulumi.ResourceOptions
     ) -> k8s.apiextensions.CustomResource:
         """The PrometheusRule gpu-alerts, and the gate's when OpaGate runs OPA."""
         dcgm_scraped = args.dcgm is not None
@@ -233,7 +238,7 @@ class MonitoringStack(ClusterLayer):
         return rule
 
     def _dcgm_monitor(
-        self, args: MonitoringStackArgs, namespace: pulumi.Output[str], opts: pulumi.ResourceOptions
+        self, args: MonitoringStackArgs, namespace: str, opts: pulumi.ResourceOptions
     ) -> pulumi.Output[str]:
         """The ServiceMonitor scraping dcgm-exporter: its name, "" when there is none."""
         if args.dcgm is None:

@@ -8,6 +8,7 @@ exports, resolved. Component tests use `register` to build one component under t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import runpy
 from collections.abc import Callable, Iterator, Mapping
@@ -21,6 +22,8 @@ import yaml
 from google.protobuf import json_format
 from pulumi.runtime import rpc, settings
 from pulumi.runtime.mocks import MockMonitor
+
+from tests.fake_cluster import FakeCluster, claimed_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -186,9 +189,40 @@ def register(
     config: Mapping[str, str] | None = None,
     stack: str = "dev",
     recording: Recording | None = None,
+    cluster: FakeCluster | None = None,
 ) -> Recording:
-    """Run `build` under fresh mocks and wait for every registration to finish."""
+    """Run `build` under fresh mocks and wait for every registration to finish; the ownership
+    check reads `cluster` (when None: one the stack claimed, with the namespace `monitoring`
+    that the dev and prod stacks use without creating it)."""
     recording = recording if recording is not None else Recording()
+    fake = cluster if cluster is not None else claimed_cluster("monitoring")
+    with _reading(fake):
+        return _register(build, config, stack, recording)
+
+
+@contextlib.contextmanager
+def _reading(cluster: FakeCluster) -> Iterator[None]:
+    """The ownership check reads `cluster` instead of a real API server."""
+    from components import ownership
+
+    real = ownership.connect
+
+    def connect(kubeconfig: str, context: str | None) -> ownership.ClusterReader:
+        return ownership.ClusterReader(cluster.get)
+
+    ownership.connect = connect
+    try:
+        yield
+    finally:
+        ownership.connect = real
+
+
+def _register(
+    build: Callable[[], Any],
+    config: Mapping[str, str] | None,
+    stack: str,
+    recording: Recording,
+) -> Recording:
     mocks = Mocks()
     settings.ROOT.set(None)  # a fresh root stack, so exports of earlier tests do not linger
     # No secret keys left from an earlier run (the SDK keeps them when none are given).
@@ -216,8 +250,10 @@ def run_program(
     stack: str = "dev",
     overrides: Mapping[str, Any] | None = None,
     recording: Recording | None = None,
+    cluster: FakeCluster | None = None,
 ) -> Recording:
-    """Run __main__.py with a stack's config (plus overrides, JSON-encoded as the CLI does)."""
+    """Run __main__.py with a stack's config (plus overrides, JSON-encoded as the CLI does),
+    against `cluster` (see `register`)."""
     config = stack_config(stack)
     for key, value in (overrides or {}).items():
         config[f"gpu-cluster:{key}"] = value if isinstance(value, str) else json.dumps(value)
@@ -226,6 +262,7 @@ def run_program(
         config,
         stack,
         recording,
+        cluster,
     )
 
 

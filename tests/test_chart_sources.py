@@ -35,7 +35,12 @@ def test_a_local_copy_is_the_chart_itself() -> None:
 
 
 def _monitoring(repository: str) -> dict[str, Any]:
-    return {"enabled": True, "grafanaAdminSecret": "grafana-admin", "repository": repository}
+    return {
+        "enabled": True,
+        "grafanaAdminSecret": "grafana-admin",
+        "createNamespace": False,
+        "repository": repository,
+    }
 
 
 def test_config_refuses_a_local_chart_that_is_not_there(tmp_path: Path) -> None:

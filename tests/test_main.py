@@ -159,8 +159,10 @@ def test_main_gate_takes_scheduler_name_and_advertised_resources_from_their_laye
     )
     variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
     assert variables["requiredScheduler"] == '"gpu-binpack-scheduler"'
-    assert variables["gpuResources"] == '["example.com/dongle", "nvidia.com/gpu"]'
-    assert variables["gpuPrefixes"] == '["amd.com/", "gpu.intel.com/", "nvidia.com/"]'
+    names = ["amd.com/gpu", "example.com/dongle", "gpu.intel.com/i915", "gpu.intel.com/xe"]
+    names += ["nvidia.com/gpu", "nvidia.com/gpu.shared"]
+    assert variables["gpuResources"] == json.dumps(names)
+    assert variables["gpuPrefixes"] == '["nvidia.com/mig-"]'
     scheduler = recording.named("binpack-scheduler-deployment")
     dongle = recording.named("extended-resources-nodes")
     assert {scheduler.urn, dongle.urn} <= set(policy.dependencies)

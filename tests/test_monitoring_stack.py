@@ -24,6 +24,7 @@ from components.monitoring_stack_manifests import (
 from components.monitoring_stack_settings import DEFAULT_VERSION
 from stack_config import ConfigError
 from tests.conftest import Recording, Registration, component_access, register, run_program
+from tests.fake_cluster import claimed_cluster
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 SERVICE_MONITOR = "kubernetes:monitoring.coreos.com/v1:ServiceMonitor"
@@ -109,9 +110,12 @@ def test_monitoring_stack_existing_secret_creates_no_secret() -> None:
     assert admin["existingSecret"] == "grafana-x"
 
 
-def test_monitoring_stack_leaves_the_namespace_of_an_existing_secret_to_its_owner() -> None:
-    """The Secret was created in a namespace made beforehand: creating it would fail."""
-    existing = _make_monitoring_stack(grafana_admin_password=None, grafana_admin_secret="g")
+def test_monitoring_stack_leaves_an_existing_namespace_to_its_owner() -> None:
+    """createNamespace false (the Secret was created in a namespace made beforehand): no
+    Namespace is declared, and the release goes into the existing one."""
+    existing = _make_monitoring_stack(
+        grafana_admin_password=None, grafana_admin_secret="g", create_namespace=False
+    )
     assert existing.of_type("kubernetes:core/v1:Namespace") == []
     assert _release(existing).inputs["namespace"] == "monitoring"
     created = _make_monitoring_stack()
@@ -278,6 +282,22 @@ def test_monitoring_stack_free_form_values_are_merged_last() -> None:
     assert values["grafana"]["sidecar"]["dashboards"]["label"] == "grafana_dashboard"
 
 
+def test_monitoring_stack_kube_state_metrics_exports_the_label_the_gpu_alerts_read() -> None:
+    """The GPU alerts leave out nodes labelled nvidia.com/gpu.deploy.operands=false, which
+    kube_node_labels carries only once allow-listed; the user's own entries stay."""
+    values = _release(
+        _make_monitoring_stack(
+            values={"kube-state-metrics": {"metricLabelsAllowlist": ["nodes=[kubernetes.io/os]"]}}
+        )
+    ).inputs["values"]
+    assert values["kube-state-metrics"]["metricLabelsAllowlist"] == [
+        "nodes=[kubernetes.io/os,nvidia.com/gpu.deploy.operands]"
+    ]
+    (rule,) = _make_monitoring_stack().of_type(PROMETHEUS_RULE)
+    exprs = [r["expr"] for g in rule.inputs["spec"]["groups"] for r in g["rules"]]
+    assert sum('label_nvidia_com_gpu_deploy_operands="false"' in e for e in exprs) == 3
+
+
 # --------------------------------------------------------------------------- the whole program
 
 
@@ -328,6 +348,7 @@ def test_monitoring_stack_program_password_from_config_stays_secret(
             "monitoring": {"enabled": True},
             "grafanaAdminPassword": PASSWORD,
         },
+        cluster=claimed_cluster(),
     )
     secret = recording.named("monitoring-grafana-admin")
     assert "stringData" in secret.secret_inputs

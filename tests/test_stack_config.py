@@ -188,17 +188,13 @@ def test_config_rejects_malformed_kubernetes_version() -> None:
 
 
 def test_config_warns_on_untested_kubernetes_version() -> None:
-    config = _parse(kubernetesVersion="v1.30.2", admission={"engine": "opa"})
+    config = _parse(
+        kubernetesVersion="v1.30.2",
+        admission={"engine": "opa"},
+        gpuPool={"nodes": ["gpu-1"], "taint": {"effect": "PreferNoSchedule"}},
+    )
     assert config.warnings == (
         "gpu-cluster:kubernetesVersion v1.30.2 is outside the tested range v1.35-v1.37",
-    )
-
-
-def test_config_warns_on_a_taint_key_in_a_domain_kubernetes_reserves() -> None:
-    config = _parse(gpuPool={"nodes": ["gpu-1"], "taint": {"key": "node.kubernetes.io/gpu"}})
-    assert config.warnings == (
-        "gpu-cluster:gpuPool.taint.key node.kubernetes.io/gpu is in a domain Kubernetes "
-        "reserves for its own taints; its controllers may act on or remove it",
     )
 
 
@@ -432,7 +428,7 @@ def test_config_control_plane_key_is_a_pulumi_secret_output() -> None:
         }
     )
     access = component_access()
-    cp = config.control_plane_args(access, "dev")
+    cp = config.control_plane_args(access)
     assert [(h.name, h.address) for h in cp.control_plane_hosts] == [("cp-1", "10.0.0.11")]
     assert isinstance(cp.ssh.private_key, pulumi.Output)
     assert _CP_KEY not in repr(config)
@@ -668,7 +664,8 @@ def test_config_rejects_a_built_in_namespace_for_a_layer_that_creates_its_own(
 def test_config_rejects_two_layers_in_one_namespace() -> None:
     problems = _problems(
         gpuOperator={"enabled": True, "namespace": "gpu"},
-        monitoring={"enabled": True, "namespace": "gpu", "grafanaAdminSecret": "grafana-admin"},
+        monitoring={"enabled": True, "namespace": "gpu"},
+        grafanaAdminPassword="pw-1",
     )
     assert problems == [
         "gpu-cluster:monitoring.namespace: got 'gpu'; already the namespace of gpuOperator; "
@@ -714,7 +711,11 @@ def test_config_rejects_monitoring_without_a_grafana_password() -> None:
 
 def test_config_rejects_both_grafana_password_sources() -> None:
     problems = _problems(
-        monitoring={"enabled": True, "grafanaAdminSecret": "grafana-admin"},
+        monitoring={
+            "enabled": True,
+            "grafanaAdminSecret": "grafana-admin",
+            "createNamespace": False,
+        },
         grafanaAdminPassword="pw-2",
     )
     assert problems == [
@@ -904,8 +905,9 @@ def test_config_rejects_weights_without_any_gpu_resource(weights: dict[str, int]
     problems = _problems(scheduler={"resourceWeights": weights})
     assert problems == [
         f"gpu-cluster:scheduler.resourceWeights: got {weights!r}; expected at least one GPU "
-        "resource (a device plugin's: nvidia.com/..., amd.com/..., gpu.intel.com/..., e.g. "
-        "nvidia.com/gpu); without one the profile does not bin-pack GPU pods"
+        "resource (nvidia.com/gpu, nvidia.com/gpu.shared, amd.com/gpu, gpu.intel.com/i915, "
+        "gpu.intel.com/xe, nvidia.com/mig-<profile>, or one of scheduler.gpuResources); "
+        "without one the profile does not bin-pack GPU pods"
     ]
 
 

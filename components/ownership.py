@@ -1,0 +1,478 @@
+"""What the stack may touch on a shared cluster: its claim, checked live, and the objects it
+declares, each either created by this stack or not there yet.
+
+The pinned kubernetes provider applies objects server-side, and a create of an object that
+already exists becomes an update: the stack would take over another team's namespace (and
+every object in it on `destroy`). So before anything is applied, every `preview` and `up`
+reads the cluster:
+
+- **The claim** (ConfigMap kube-system/<project>, components/cluster_access.py) must be this
+  stack's (its id), or missing on a stack that never claimed the cluster. A claim that
+  vanished from a stack that holds one (an admin, a GitOps prune) is refused until the stack
+  takes it back explicitly (`retakeClaim`), so two stacks never both think they own the
+  cluster.
+- **Every object the stack declares** (the Kubernetes objects and the Helm releases) is
+  either absent, or listed in this stack's claim: the claim records what the stack manages,
+  and is written before those objects are. An object that exists and is not on that list is
+  someone else's, and the run stops naming it and the ways out.
+
+Objects declared by the program are collected by the stack transformation at registration
+(names and namespaces must be plain strings, so they are known before anything is applied);
+`Ownership.seal()`, at the end of the program, starts the one live check, and the claim, on
+which every other resource of the stack waits, is written only once it passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+
+from components.settings import NOT_SHOWN, PROJECT, Problem
+
+HELM_RELEASE_API = "helm.sh/v3"
+HELM_RELEASE_KIND = "Release"
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+READ_TIMEOUT_S = 10
+"""How long one read of the check may take."""
+RETAKE_KEY = "retakeClaim"
+"""The config key that takes a vanished claim back."""
+
+
+@dataclass(frozen=True, order=True)
+class ObjectRef:
+    """An object the stack declares: its API version, kind, namespace ("" when cluster-scoped)
+    and name. A Helm release is `helm.sh/v3` `Release`."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{self.kind} {where}"
+
+    @property
+    def is_namespace(self) -> bool:
+        return (self.api_version, self.kind) == ("v1", "Namespace")
+
+    @property
+    def is_helm_release(self) -> bool:
+        return (self.api_version, self.kind) == (HELM_RELEASE_API, HELM_RELEASE_KIND)
+
+    def record(self) -> dict[str, str]:
+        """How the claim lists it."""
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+        }
+
+    @classmethod
+    def from_record(cls, record: Any) -> ObjectRef | None:
+        if not isinstance(record, Mapping):
+            return None
+        values = [record.get(k) for k in ("apiVersion", "kind", "namespace", "name")]
+        strings = [v for v in values if isinstance(v, str)]
+        return cls(*strings) if len(strings) == len(values) else None
+
+
+@dataclass(frozen=True)
+class Declared:
+    """An object of the program and the config key a refusal names: the declaring layer's
+    section (`scheduler`), or its namespace key (`monitoring.namespace`) for its Namespace."""
+
+    ref: ObjectRef
+    key: str
+
+
+def objects_record(refs: Iterable[ObjectRef]) -> str:
+    """The claim's list of what the stack manages: JSON, one object a line, sorted."""
+    lines = [json.dumps(ref.record(), sort_keys=True) for ref in sorted(set(refs))]
+    return "[\n" + ",\n".join(lines) + "\n]" if lines else "[]"
+
+
+def parse_objects_record(text: str | None) -> frozenset[ObjectRef] | None:
+    """The refs a claim lists, or None when it lists none (a claim written before the claim
+    recorded its objects)."""
+    if text is None:
+        return None
+    try:
+        records = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(records, list):
+        return None
+    return frozenset(r for r in map(ObjectRef.from_record, records) if r is not None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiveClaim:
+    """The claim as the cluster holds it now."""
+
+    stack_id: str
+    stack_label: str
+    objects: frozenset[ObjectRef] | None
+    """What it lists as the stack's, None when it lists nothing."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiveObject:
+    """An object that exists, and whether it carries the project's part-of label."""
+
+    ref: ObjectRef
+    part_of: bool
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+def claim_problems(
+    claim: LiveClaim | None,
+    stack_id: str | None,
+    label: str,
+    *,
+    retake: bool,
+    where: str,
+    applied: bool = False,
+) -> list[Problem]:
+    """Why this stack (`stack_id`, None before its first `up`; `label` org/project/stack) may
+    not go on with the claim as the cluster holds it (`where` names the claim). `applied`: an
+    object the stack declares is on the cluster with the project's label, so a stack has
+    applied this program here (a claim missing then was deleted, not never written)."""
+    if claim is not None and claim.stack_id != stack_id:
+        return [
+            Problem(
+                key="claim",
+                value=NOT_SHOWN,
+                allowed=f"the cluster is managed by another stack: {where} (.data.managed-by-"
+                f"stack) holds stack {claim.stack_label!r}, not this one ({label!r}); one "
+                "stack manages a cluster. Run this stack against another cluster, or "
+                f"`pulumi destroy` the other stack first",
+            )
+        ]
+    if claim is None and stack_id is not None and applied and not retake:
+        return [
+            Problem(
+                key="claim",
+                value=NOT_SHOWN,
+                allowed=f"this stack ({label!r}) claimed the cluster, and its claim {where} is "
+                "gone (deleted by hand or pruned): another stack may have taken over meanwhile. "
+                "Check that no other stack manages the cluster, then take it back once with "
+                f"`pulumi up --refresh --config {PROJECT}:{RETAKE_KEY}=true` and remove the "
+                f"key again (`pulumi config rm {PROJECT}:{RETAKE_KEY}`)",
+            )
+        ]
+    return []
+
+
+def _ours(live: LiveObject, claim: LiveClaim | None, stack_id: str | None, retake: bool) -> bool:
+    """Whether an existing object is this stack's: listed in its claim; or, where the claim
+    lists nothing yet (written by an earlier release, or being taken back), labelled part of
+    the project while the claim is this stack's."""
+    if claim is not None and claim.stack_id == stack_id and claim.objects is not None:
+        return live.ref in claim.objects
+    claim_ours = (claim is not None and claim.stack_id == stack_id) or (claim is None and retake)
+    return claim_ours and stack_id is not None and live.part_of
+
+
+def _ways_out(declared: Declared) -> str:
+    if declared.ref.is_namespace:
+        key = declared.key
+        section = key.rpartition(".")[0]
+        return (
+            f"let the layer create a namespace of its own (another {key}), or set "
+            f"{section}.createNamespace: false to use this one without owning it (destroy then "
+            "leaves it)"
+        )
+    return (
+        "rename it in the stack config or remove it from the cluster if nobody uses it; the "
+        "stack never takes over an object it did not create"
+    )
+
+
+def object_problems(
+    declared: Sequence[Declared],
+    live: Iterable[LiveObject],
+    claim: LiveClaim | None,
+    stack_id: str | None,
+    *,
+    retake: bool,
+) -> list[Problem]:
+    """The declared objects that already exist and are not this stack's, one problem each."""
+    existing = {o.ref: o for o in live}
+    problems = []
+    for item in sorted(declared, key=lambda d: d.ref):
+        found = existing.get(item.ref)
+        if found is None or _ours(found, claim, stack_id, retake):
+            continue
+        problems.append(
+            Problem(
+                key=item.key,
+                value=item.ref.name if item.ref.is_namespace else str(item.ref),
+                allowed=f"{item.ref} already exists and this stack did not create it (`up` "
+                "would take it over and `destroy` would delete it); " + _ways_out(item),
+            )
+        )
+    return problems
+
+
+def missing_namespace_problems(
+    used: Mapping[str, str], live_namespaces: Iterable[str]
+) -> list[Problem]:
+    """Namespaces a layer uses without creating them (`used`: {name: config key}) that do not
+    exist."""
+    present = set(live_namespaces)
+    return [
+        Problem(
+            key=key,
+            value=name,
+            allowed="no such namespace; with createNamespace: false the namespace must exist "
+            "before `up` (create it, or set createNamespace: true to let the layer create it)",
+        )
+        for name, key in sorted(used.items())
+        if name not in present
+    ]
+
+
+# --------------------------------------------------------------------------- reading the cluster
+
+
+Get = Callable[[str, Sequence[tuple[str, str]]], Any]
+"""GET a path with query parameters as JSON; None when the API server answers 404."""
+
+
+def api_get(api: Any) -> Get:
+    """`Get` through a kubernetes.client.ApiClient."""
+
+    def get(path: str, query: Sequence[tuple[str, str]] = ()) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        request = api.param_serialize(
+            method="GET",
+            resource_path=path,
+            query_params=list(query),
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        response = api.call_api(*request, _request_timeout=READ_TIMEOUT_S)
+        body = response.read()
+        if response.status == 404:
+            return None
+        if not 200 <= response.status < 300:
+            raise ApiException(status=response.status, reason=response.reason)
+        return json.loads(body)
+
+    return get
+
+
+def connect(kubeconfig: str, context: str | None) -> ClusterReader:
+    """A reader of the cluster that `kubeconfig` (content) reaches."""
+    from components.providers.node_api import api_client_from_kubeconfig
+
+    return ClusterReader(api_get(api_client_from_kubeconfig(kubeconfig, context)))
+
+
+class ClusterReader:
+    """The live reads of the check."""
+
+    def __init__(self, get: Get) -> None:
+        self._get = get
+        self._kinds: dict[str, dict[str, tuple[str, bool]] | None] = {}
+
+    def _resources(self, api_version: str) -> dict[str, tuple[str, bool]] | None:
+        """{kind: (plural, namespaced)} the API server serves for `api_version`; None when it
+        serves no such group version (a CRD not installed yet)."""
+        if api_version not in self._kinds:
+            path = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+            listing = self._get(path, ())
+            self._kinds[api_version] = (
+                None
+                if listing is None
+                else {
+                    r["kind"]: (r["name"], bool(r.get("namespaced")))
+                    for r in listing.get("resources", [])
+                    if "/" not in r["name"]
+                }
+            )
+        return self._kinds[api_version]
+
+    def read(self, ref: ObjectRef) -> Mapping[str, Any] | None:
+        """The object's JSON, or None when it does not exist."""
+        if ref.is_helm_release:
+            # Helm keeps a release in Secrets labelled owner=helm,name=<release>.
+            listing = self._get(
+                f"/api/v1/namespaces/{ref.namespace}/secrets",
+                [("labelSelector", f"owner=helm,name={ref.name}"), ("limit", "1")],
+            )
+            items = (listing or {}).get("items") or []
+            return items[0] if items else None
+        kinds = self._resources(ref.api_version)
+        if kinds is None or ref.kind not in kinds:
+            return None
+        plural, namespaced = kinds[ref.kind]
+        base = (
+            f"/api/{ref.api_version}" if "/" not in ref.api_version else f"/apis/{ref.api_version}"
+        )
+        where = f"/namespaces/{ref.namespace or 'default'}" if namespaced else ""
+        return self._get(f"{base}{where}/{plural}/{ref.name}", ())
+
+    def live_objects(self, refs: Iterable[ObjectRef]) -> list[LiveObject]:
+        found = []
+        for ref in sorted(set(refs)):
+            obj = self.read(ref)
+            if obj is None:
+                continue
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            holder = str((obj.get("spec") or {}).get("holderIdentity") or "")
+            part_of = (
+                labels.get(PART_OF_LABEL) == PROJECT
+                or ref.is_helm_release
+                # A leader-election Lease its own Deployment's pods took before the stack
+                # declared it (their names start with the Deployment's, which is the Lease's).
+                or (ref.kind == "Lease" and holder.startswith(f"{ref.name}-"))
+            )
+            found.append(LiveObject(ref=ref, part_of=part_of))
+        return found
+
+    def namespaces(self, names: Iterable[str]) -> list[str]:
+        return [
+            n for n in sorted(set(names)) if self._get(f"/api/v1/namespaces/{n}", ()) is not None
+        ]
+
+
+def read_claim(
+    reader: ClusterReader, namespace: str, name: str, keys: ClaimKeys
+) -> LiveClaim | None:
+    """The claim the cluster holds, None when there is none."""
+    obj = reader.read(ObjectRef("v1", "ConfigMap", namespace, name))
+    if obj is None:
+        return None
+    data = obj.get("data") or {}
+    return LiveClaim(
+        stack_id=str(data.get(keys.stack_id, "")),
+        stack_label=str(data.get(keys.stack_label, "")),
+        objects=parse_objects_record(data.get(keys.objects)),
+    )
+
+
+@dataclass(frozen=True)
+class ClaimKeys:
+    """The claim's data keys."""
+
+    stack_id: str
+    stack_label: str
+    objects: str
+
+
+# --------------------------------------------------------------------------- the program side
+
+
+class OwnershipError(pulumi.RunError):
+    """The stack may not go on with this cluster: every reason, each naming the config key,
+    the value and the ways out. A RunError alone (not a ValueError), so the engine shows the
+    message without a stack trace wherever the claim's inputs fail."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = tuple(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(
+            f"nothing was applied: this stack may not go on with the cluster "
+            f"({len(self.problems)} problem(s)):\n{lines}"
+        )
+
+
+@dataclass
+class Ownership:
+    """Collects what the program declares, then checks it live once (`seal`).
+
+    `verified` resolves to the record of the declared objects (for the claim) once the check
+    passed; it fails the run with a ConfigError naming every problem otherwise.
+    """
+
+    stack_id: pulumi.Output[str]
+    stack_label: str
+    retake: bool
+    kubeconfig: str = field(repr=False)
+    context: str | None
+    claim_where: tuple[str, str]
+    keys: ClaimKeys
+    used_namespaces: dict[str, str] = field(default_factory=dict)
+    """{namespace name: config key} of the namespaces layers use without creating them."""
+    declared: list[Declared] = field(default_factory=list)
+    _result: asyncio.Future[str] | None = None
+    _task: asyncio.Future[None] | None = None
+    _sealed: bool = False
+
+    @property
+    def verified(self) -> pulumi.Output[str]:
+        if self._result is None:
+            self._result = asyncio.get_event_loop().create_future()
+        known: asyncio.Future[bool] = asyncio.get_event_loop().create_future()
+        secret: asyncio.Future[bool] = asyncio.get_event_loop().create_future()
+        known.set_result(True)
+        secret.set_result(False)
+        return pulumi.Output(set(), self._result, known, secret)
+
+    def declare(self, ref: ObjectRef, key: str) -> None:
+        if self._sealed:
+            raise RuntimeError(f"{ref} declared after the ownership check was sealed")
+        self.declared.append(Declared(ref, key))
+
+    def seal(self) -> None:
+        """Everything is declared: read the claim and the declared objects on the cluster, and
+        write the claim (which everything waits for) only if the stack may go on."""
+        self._sealed = True
+        if self._result is None:
+            _ = self.verified
+        result = self._result
+        assert result is not None
+        refs = [d.ref for d in self.declared]
+        record = objects_record(refs)
+        try:
+            reader = connect(self.kubeconfig, self.context)
+            claim = read_claim(reader, *self.claim_where, self.keys)
+            live = reader.live_objects(refs)
+            namespaces = reader.namespaces(self.used_namespaces)
+        except Exception as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            message = (
+                "the claim and the objects this stack declares could not be checked on the "
+                f"cluster: {reason}"
+            )
+            if pulumi.runtime.is_dry_run():
+                pulumi.log.warn(f"{message}; `pulumi up` checks them before applying anything")
+                result.set_result(record)
+            else:
+                problem = Problem(key="kubeconfig", value=NOT_SHOWN, allowed=message)
+                result.set_exception(OwnershipError([problem]))
+            return
+
+        async def check() -> None:
+            known = await self.stack_id.is_known()
+            stack_id = await self.stack_id.future() if known else None
+            where = "/".join(self.claim_where)
+            problems = [
+                *claim_problems(
+                    claim,
+                    stack_id,
+                    self.stack_label,
+                    retake=self.retake,
+                    where=where,
+                    applied=any(o.part_of for o in live),
+                ),
+                *object_problems(self.declared, live, claim, stack_id, retake=self.retake),
+                *missing_namespace_problems(self.used_namespaces, namespaces),
+            ]
+            if problems:
+                result.set_exception(OwnershipError(problems))
+            else:
+                result.set_result(record)
+
+        self._task = asyncio.ensure_future(check())
