@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, get_args
 from pydantic import Field, ValidationInfo, model_validator
 
 from components.charts import HELM_REPOSITORY, chart_version, free_values
-from components.gpu_resources import WHOLE_GPU, GpuResources
+from components.gpu_resources import MIG_PREFIX, SHARED_GPU, WHOLE_GPU, GpuResources
 from components.kubernetes_names import NAMESPACE
 from components.settings import BOOL, Rule, Settings, between, choice, context_value, problem
 
@@ -109,8 +109,6 @@ class OperatorOptions(Settings):
 # as a GPU are components/gpu_resources.py's.
 # Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-sharing.html
 # Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-mig.html
-SHARED_GPU = "nvidia.com/gpu.shared"
-MIG_PROFILE_PREFIX = "nvidia.com/mig-"
 
 # The toolkit's accept-nvidia-visible-devices-envvar-when-unprivileged (default true), set
 # through the toolkit container's environment.
@@ -210,8 +208,6 @@ class GpuOperatorSettings(Settings):
         advertises nothing of its own: the plain name only. The names are
         components/gpu_resources.py's.
         """
-        from components.gpu_resources import MIG_PREFIX, SHARED_GPU
-
         names = [WHOLE_GPU]
         prefixes: list[str] = []
         shared: list[tuple[str, int]] = []
