@@ -1,4 +1,9 @@
-"""Benchmarks: scripts that print tables and write their rows under `RESULTS`."""
+"""Benchmarks: scripts that print tables and write their rows into a study folder under `RESULTS`.
+
+Each study folder answers one question: its README.md (the question, the commands, the inputs,
+the conclusion, the run's date and commit) and the files of its current run. bench/README.md
+indexes them.
+"""
 
 import csv
 from collections.abc import Iterable, Mapping, Sequence
@@ -6,7 +11,17 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
-"""Where every benchmark writes its CSV files (and the curves' PNGs)."""
+"""The study folders, one per question."""
+OPENB_FRAGMENTATION = RESULTS / "openb-fragmentation"
+"""bench.openb_replay and bench.plot_curves: allocation on the openb traces, per profile."""
+SCHEDULER_DEFAULTS = RESULTS / "scheduler-defaults"
+"""bench.binpack_sweep: the scoring knobs and node sampling the stack's scheduler defaults to."""
+SCHEDULER_THROUGHPUT = RESULTS / "scheduler-throughput"
+"""bench.scheduler_scale: pods per second and latency at 1,213 to 15,000 nodes."""
+NODE_LAYERS_SCALE = RESULTS / "node-layers-scale"
+"""bench.scale (and bench.engine_cost): the node layers under the real Pulumi CLI."""
+WHOLE_PROGRAM = RESULTS / "whole-program"
+"""bench.local_stack: the whole program under the real engine against its floor."""
 
 
 def write_rows(path: Path, fields: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:

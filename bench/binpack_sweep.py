@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench import RESULTS, write_rows
+from bench import SCHEDULER_DEFAULTS, write_rows
 from bench.openb_trace import add_trace_arguments, load_trace
 from bench.replay_cluster import BENCH_IMAGE, ReplayCluster
 from bench.replay_results import CSV_FIELDS, Metrics, csv_row
@@ -30,7 +30,7 @@ from components.binpack_scheduler_manifests import FRAGMENTATION_PLUGIN
 from components.binpack_scheduler_settings import FRAGMENTATION
 from stack_config import SchedulerConfig
 
-DEFAULT_CSV = RESULTS / "binpack_sweep.csv"
+DEFAULT_CSV = SCHEDULER_DEFAULTS / "sweep.csv"
 TODAY = {"resourceWeights": {"nvidia.com/gpu": 100, "cpu": 1, "memory": 1}}
 KUBE_BALANCED = {"weight": 1, "resources": ["cpu", "memory"]}
 BALANCED_GPU = ["cpu", "memory", "nvidia.com/gpu"]

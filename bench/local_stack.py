@@ -37,12 +37,12 @@ until the first resource step, the resource steps, the engine's end after the la
 Automation API's reads after the engine's summary, and the slowest resource steps.
 
     .venv/bin/python -m bench.local_stack
-    .venv/bin/python -m bench.local_stack --csv bench/results/local_stack.csv \\
-        --build-log /tmp/logs/build-k8s-provider.log
-    .venv/bin/python -m bench.local_stack --stack dev     # another stack's shape
+    .venv/bin/python -m bench.local_stack --build-log /tmp/logs/build-k8s-provider.log
+    .venv/bin/python -m bench.local_stack --stack dev --csv /tmp/dev.csv   # another stack's shape
     .venv/bin/python -m bench.local_stack --no-build      # without the warm builds
     .venv/bin/python -m bench.local_stack --steps         # every resource step, not the slowest
 
+The rows go to `DEFAULT_CSV` (the whole-program study) unless `--csv` names another file.
 A step that fails is a row saying why, the steps that need it are skipped, and the exit
 status is 1. It is a script, not a test: the seconds depend on the machine (2 shared cores
 here; each row records the load average), so compare the ratios.
@@ -64,7 +64,7 @@ from typing import Any, TypeVar
 
 from pulumi import automation as auto
 
-from bench import write_rows
+from bench import WHOLE_PROGRAM, write_rows
 from bench.floor import Floor, FloorUnit, NodeWrite, floor_units, node_writes, read_releases
 from tools.harness.cluster import LocalCluster
 from tools.harness.fake_nodes import FakeNode
@@ -73,6 +73,7 @@ from tools.harness.stack import ADMISSION_PLUGINS, AppliedStack
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+DEFAULT_CSV = WHOLE_PROGRAM / "local_stack.csv"
 PROVIDER_PLUGIN = "pulumi-resource-kubernetes"
 BUILT = re.compile(r"^built (\S+) in (\d+) s$", re.MULTILINE)
 
@@ -561,7 +562,9 @@ def write_csv(path: Path, rows: Sequence[Row]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--stack", default="local", help="the stack whose shape is measured")
-    parser.add_argument("--csv", type=Path, default=None, help="also write the table here")
+    parser.add_argument(
+        "--csv", type=Path, default=DEFAULT_CSV, help="the rows' CSV (default: %(default)s)"
+    )
     parser.add_argument(
         "--build-log",
         type=Path,
@@ -587,7 +590,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n".join(verdicts(run.rows)))
     print()
     print("\n".join(format_timelines(run.timelines, args.steps)))
-    if args.csv is not None and run.rows:
+    if run.rows:
         write_csv(args.csv, run.rows)
         log(f"wrote {args.csv}")
     return 1 if run.failed else 0

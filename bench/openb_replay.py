@@ -34,12 +34,12 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
-from bench import RESULTS
+from bench import OPENB_FRAGMENTATION
 from bench.openb_trace import add_trace_arguments, arrival_order, comma_choices, load_trace
 from bench.replay_cluster import FLEETS, PROFILES, ReplayCluster
 from bench.replay_results import format_table, summary_table, write_csv, write_curves
 
-DEFAULT_CSV = RESULTS / "openb.csv"
+DEFAULT_CSV = OPENB_FRAGMENTATION / "replay.csv"
 
 
 def _orders(parser: argparse.ArgumentParser, raw: str) -> list[int]:

@@ -148,7 +148,9 @@ def add_trace_arguments(parser: argparse.ArgumentParser, csv_default: Path) -> N
     parser.add_argument("trace", type=Path, help="trace directory (e.g. ../shared/traces/openb)")
     parser.add_argument("--pods-file", default=DEFAULT_PODS_FILE, help="pod list in trace")
     parser.add_argument("--nodes-file", default=DEFAULT_NODES_FILE, help="node list in trace")
-    parser.add_argument("--csv", type=Path, default=csv_default, help="CSV to write")
+    parser.add_argument(
+        "--csv", type=Path, default=csv_default, help="CSV to write (default: %(default)s)"
+    )
     parser.add_argument("--limit", type=int, help="replay only the first N pods")
     parser.add_argument("--node-limit", type=int, help="use only the first N nodes")
 

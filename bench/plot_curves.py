@@ -5,7 +5,7 @@ for it) and shared GPUs counted as their fractions. Each profile is a line, the 
 arrival orders, with the band between the lowest and highest order; the x axis is the GPU
 demand arrived so far over the cluster's GPUs (the style of FGD's figure 1).
 
-    .venv/bin/python -m bench.plot_curves bench/results/openb_fleet.curve.csv
+    .venv/bin/python -m bench.plot_curves bench/results/openb-fragmentation/openb_realistic.curve.csv
 """
 
 from __future__ import annotations
@@ -54,6 +54,13 @@ def band(runs: Sequence[dict[str, np.ndarray]], x: str, y: str) -> tuple[np.ndar
     return grid, values.mean(axis=0), values.min(axis=0), values.max(axis=0)
 
 
+def png_name(curves: Path, fleet: str) -> str:
+    """`<stem>_<fleet>.png` for the curve file `<stem>.curve.csv`; a stem that already ends in
+    `_<fleet>` (a file holding one fleet, named for it) is not given the fleet twice."""
+    stem = curves.name.removesuffix(".curve.csv").removesuffix(f"_{fleet}")
+    return f"{stem}_{fleet}.png"
+
+
 def draw(path: Path, out_dir: Path) -> list[Path]:
     """Write one PNG per fleet in `out_dir` (made if missing); returns their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -80,7 +87,7 @@ def draw(path: Path, out_dir: Path) -> list[Path]:
         axes[0].set_ylabel("GPUs allocated, %")
         axes[0].legend(loc="lower right", title="profile (orders)")
         figure.tight_layout()
-        target = out_dir / f"{path.name.removesuffix('.curve.csv')}_{fleet}.png"
+        target = out_dir / png_name(path, fleet)
         figure.savefig(target, dpi=110)
         written.append(target)
     return written

@@ -2,7 +2,10 @@
 
 `ReplayCluster` starts etcd and kube-apiserver, creates the nodes (the bare trace or the
 realistic fleet of bench/fleet.py) and, per `run`, creates the pods, starts kube-scheduler with
-one profile and follows its decisions until every pod is bound or Unschedulable.
+one profile and follows its decisions until every pod is bound or Unschedulable. A run is three
+steps: `render` (the scheduler's configuration and the pod objects, no cluster), the live part
+(`ReplayCluster._schedule`: pods created, the scheduler started, its decisions followed into an
+`Outcome`) and `measure` (the `Metrics` of that outcome, no cluster).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlparse
 
@@ -201,6 +204,112 @@ def first_attempts(log: str) -> list[int]:
             seen.add(index)
             order.append(index)
     return order
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rendered:
+    """One run's inputs as the API server and the scheduler take them."""
+
+    profile: str
+    config: dict[str, Any]
+    """The KubeSchedulerConfiguration."""
+    pods: tuple[dict[str, Any], ...]
+    """The pod objects in arrival order, named so that name order is arrival order."""
+
+
+def render(
+    profile: str,
+    pods: Sequence[TracePod],
+    kubeconfig: str,
+    *,
+    settings: SchedulerConfig | None = None,
+    score_all: bool = True,
+    image: Callable[[TracePod], str] = lambda _: TRACE_IMAGE,
+) -> Rendered:
+    """The scheduler's configuration for `profile` and the pods, each asking for that scheduler.
+
+    `settings` and `score_all` as `scheduler_config` takes them; `image(pod)` is the pod's image.
+    """
+    scheduler_name, config = scheduler_config(profile, kubeconfig, settings, score_all=score_all)
+    objects = tuple(
+        pod_object(index, pod, scheduler_name, image(pod)) for index, pod in enumerate(pods)
+    )
+    return Rendered(profile=profile, config=config, pods=objects)
+
+
+class Decisions:
+    """Where each pod of a run went, from the pod objects a list and watch return."""
+
+    def __init__(self, names: Sequence[str], clock: Callable[[], float] = time.monotonic) -> None:
+        self._index = {name: index for index, name in enumerate(names)}
+        self._decided = [False] * len(names)
+        self._clock = clock
+        self.placed: list[str | None] = [None] * len(names)
+        """Each pod's node; None while it is pending or after it was rejected."""
+        self.messages = [""] * len(names)
+        """Each rejected pod's Unschedulable message."""
+        self.decided_at: list[float] = []
+        """When each pod was first seen decided, in the order they were."""
+        self.remaining = len(names)
+
+    def see(self, obj: Mapping[str, Any]) -> bool:
+        """Record `obj` (a pod of the run or not); True once every pod of the run is decided."""
+        index = self._index.get(obj["metadata"]["name"])
+        if index is None:
+            return False
+        is_decided, node, message = decision(obj)
+        if is_decided:
+            if not self._decided[index]:
+                self._decided[index] = True
+                self.remaining -= 1
+                self.decided_at.append(self._clock())
+            self.placed[index] = node or self.placed[index]
+            self.messages[index] = message or self.messages[index]
+        return self.remaining == 0
+
+    def scheduling_s(self) -> float | None:
+        """From the first pod decided to the last; None with fewer than two."""
+        if len(self.decided_at) < 2:
+            return None
+        return self.decided_at[-1] - self.decided_at[0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """What one run observed."""
+
+    placed: tuple[str | None, ...]
+    messages: tuple[str, ...]
+    wall_s: float
+    """From starting the scheduler until every pod was decided."""
+    scheduling_s: float | None
+    attempts: tuple[int, ...]
+    """Trace positions in the order of their first scheduling attempt (the scheduler's log)."""
+    exposition: str
+    """The scheduler's /metrics at the end."""
+
+
+def measure(
+    rendered: Rendered,
+    pods: Sequence[TracePod],
+    view: Sequence[TraceNode],
+    fleet_kind: str,
+    outcome: Outcome,
+) -> Metrics:
+    """The run's metrics; `view` is the nodes as the scheduler saw them (`ReplayCluster.view`)."""
+    late = out_of_order_attempts(outcome.attempts) if len(outcome.attempts) == len(pods) else None
+    metrics = compute_metrics(
+        rendered.profile, view, pods, outcome.placed, outcome.wall_s, late, outcome.messages
+    )
+    return replace(
+        metrics,
+        percentage_of_nodes_to_score=rendered.config["profiles"][0].get("percentageOfNodesToScore"),
+        fleet=fleet_kind,
+        scheduling_s=outcome.scheduling_s,
+        attempt_p99_s=attempt_quantile(outcome.exposition, 0.99),
+        attempt_mean_s=attempt_mean(outcome.exposition),
+        algorithm_p99_s=attempt_quantile(outcome.exposition, 0.99, ALGORITHM_METRIC),
+    )
 
 
 # ------------------------------------------------------------------------ live replay
@@ -526,91 +635,74 @@ class ReplayCluster:
 
         `score_all` as `scheduler_config` takes it.
         """
-        assert self.api is not None
-        api, cp, log = self.api, self.cp, self.log
-        scheduler_name, config = scheduler_config(
-            profile, str(cp.kubeconfig_path), settings, score_all=score_all
+        rendered = render(
+            profile,
+            pods,
+            str(self.cp.kubeconfig_path),
+            settings=settings,
+            score_all=score_all,
+            image=self._image,
         )
+        outcome = self._schedule(rendered, timeout)
+        return measure(rendered, pods, self.view, self.fleet, outcome)
+
+    def _schedule(self, rendered: Rendered, timeout: float) -> Outcome:
+        """Replace the cluster's pods with `rendered`'s, run its scheduler until all are decided."""
+        assert self.api is not None
+        api, cp, log, profile = self.api, self.cp, self.log, rendered.profile
         started = time.monotonic()
         self._clear_pods()
         _parallel(
             self.threads,
-            lambda item: api.request(
-                "POST",
-                f"/api/v1/namespaces/{NAMESPACE}/pods",
-                pod_object(item[0], item[1], scheduler_name, self._image(item[1])),
-            ),
-            list(enumerate(pods)),
+            lambda pod: api.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod),
+            rendered.pods,
         )
+        total = len(rendered.pods)
         log(
-            f"[{profile}] {len(pods)} pods created in "
+            f"[{profile}] {total} pods created in "
             f"{time.monotonic() - started:.0f} s; starting kube-scheduler"
         )
-
-        index_of = {pod_name(i, p): i for i, p in enumerate(pods)}
-        placed: list[str | None] = [None] * len(pods)
-        messages = [""] * len(pods)
-        decided = [False] * len(pods)
-        seen_at: list[float] = []
-        remaining = [len(pods)]
+        decisions = Decisions([pod["metadata"]["name"] for pod in rendered.pods])
         failure: list[BaseException] = []
         done = threading.Event()
 
-        def on_pod(obj: dict[str, Any]) -> bool:
-            index = index_of.get(obj["metadata"]["name"])
-            if index is None:
-                return False
-            is_decided, node, message = decision(obj)
-            if is_decided:
-                if not decided[index]:
-                    decided[index] = True
-                    remaining[0] -= 1
-                    seen_at.append(time.monotonic())
-                placed[index] = node or placed[index]
-                messages[index] = message or messages[index]
-            return remaining[0] == 0
-
         def watch() -> None:
             try:
-                follow(api, f"/api/v1/namespaces/{NAMESPACE}/pods", on_pod)
+                follow(api, f"/api/v1/namespaces/{NAMESPACE}/pods", decisions.see)
             except BaseException as exc:
                 failure.append(exc)
             finally:
                 done.set()
 
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
+        threading.Thread(target=watch, daemon=True).start()
         begin = time.monotonic()
         with cp.start_scheduler(
-            yaml.safe_dump(config, sort_keys=False),
+            yaml.safe_dump(rendered.config, sort_keys=False),
             extra_flags=["--v=3", *SCHEDULER_FLAGS],
             timeout=120,
             binary=BINARIES.get(profile, "kube-scheduler"),
         ) as scheduler:
             while not done.wait(10):
-                log(f"[{profile}] {len(pods) - remaining[0]}/{len(pods)} decided")
+                log(f"[{profile}] {total - decisions.remaining}/{total} decided")
                 if not scheduler.running():
                     raise RuntimeError(f"kube-scheduler exited\n{scheduler.tail()}")
                 if time.monotonic() - begin > timeout:
-                    raise TimeoutError(f"{remaining[0]} pods undecided after {timeout:.0f} s")
+                    raise TimeoutError(
+                        f"{decisions.remaining} pods undecided after {timeout:.0f} s"
+                    )
             wall = time.monotonic() - begin
-            scheduling = seen_at[-1] - seen_at[0] if len(seen_at) > 1 else None
             if failure:
                 raise failure[0]
             attempts = first_attempts(scheduler.log())
             _, exposition = scheduler.get("/metrics", timeout=30)
         log(f"[{profile}] every pod decided in {wall:.1f} s")
-        late = out_of_order_attempts(attempts) if len(attempts) == len(pods) else None
-        metrics = compute_metrics(profile, self.view, pods, placed, wall, late, messages)
-        percentage = config["profiles"][0].get("percentageOfNodesToScore")
-        return replace(
-            metrics,
-            percentage_of_nodes_to_score=percentage,
-            fleet=self.fleet,
-            scheduling_s=scheduling,
-            attempt_p99_s=attempt_quantile(exposition, 0.99),
-            attempt_mean_s=attempt_mean(exposition),
-            algorithm_p99_s=attempt_quantile(exposition, 0.99, ALGORITHM_METRIC),
+        return Outcome(
+            placed=tuple(decisions.placed),
+            messages=tuple(decisions.messages),
+            wall_s=wall,
+            scheduling_s=decisions.scheduling_s(),
+            attempts=tuple(attempts),
+            exposition=exposition,
         )
 
     def _image(self, pod: TracePod) -> str:

@@ -19,7 +19,7 @@ per layer):
     .venv/bin/python -m bench.scale --nodes 100 500    # a subset
     .venv/bin/python -m bench.scale --parallel 64      # the engine's --parallel
 
-Prints a table and writes bench/results/scale.csv. It is a script, not a test: numbers
+Prints a table and writes `DEFAULT_CSV` (or --csv). It is a script, not a test: numbers
 depend on the machine; the ratio to the floor is what to compare.
 """
 
@@ -41,7 +41,7 @@ from typing import Any, cast
 import pulumi
 from kubernetes import client
 
-from bench import RESULTS, write_rows
+from bench import NODE_LAYERS_SCALE, write_rows
 from components import (
     ClusterAccess,
     ExtendedResourceNodes,
@@ -60,7 +60,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SIZES = (100, 500, 1213, 2000)  # 1,213: the openb trace's node list
 TAINT = Taint()
 EXTENDED = {"example.com/nic": 1}
-DEFAULT_CSV = RESULTS / "scale.csv"
+DEFAULT_CSV = NODE_LAYERS_SCALE / "scale.csv"
 
 
 def node_names(n: int) -> list[str]:
@@ -270,7 +270,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--parallel", type=int, default=None, help="the engine's --parallel")
-    parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
+    parser.add_argument(
+        "--csv", type=Path, default=DEFAULT_CSV, help="CSV to write (default: %(default)s)"
+    )
     parser.add_argument(
         "--skip-checkpoints",
         action="store_true",

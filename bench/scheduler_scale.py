@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from bench import RESULTS, write_rows
+from bench import SCHEDULER_THROUGHPUT, write_rows
 from bench.openb_trace import (
     DEFAULT_NODES_FILE,
     DEFAULT_PODS_FILE,
@@ -46,7 +46,7 @@ from bench.replay_cluster import FLEETS, STACK_SETTINGS, ReplayCluster
 from bench.replay_results import Metrics, milliseconds
 
 PROFILES = ("default", "binpack", "fragmentation")
-DEFAULT_CSV = RESULTS / "scheduler_scale.csv"
+DEFAULT_CSV = SCHEDULER_THROUGHPUT / "throughput.csv"
 FIELDS = (
     "fleet",
     "nodes",
@@ -114,7 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="realistic",
         help=f"comma-separated: {','.join(FLEETS)} (allocatable as in bench/fleet.py or bare)",
     )
-    parser.add_argument("--csv", type=Path, default=DEFAULT_CSV, help="CSV to write")
+    parser.add_argument(
+        "--csv", type=Path, default=DEFAULT_CSV, help="CSV to write (default: %(default)s)"
+    )
     parser.add_argument("--threads", type=int, default=16, help="parallel object creation")
     args = parser.parse_args(argv)
     try:

@@ -27,12 +27,17 @@ from bench.openb_trace import (
 )
 from bench.replay_cluster import (
     BINARIES,
+    TRACE_IMAGE,
+    Decisions,
+    Outcome,
     ReplayCluster,
     WatchExpired,
     first_attempts,
     follow,
+    measure,
     out_of_order_attempts,
     pod_object,
+    render,
     scheduler_config,
 )
 from bench.replay_results import (
@@ -452,6 +457,16 @@ def test_openb_curves_are_drawn_one_png_per_fleet(tmp_path: Path) -> None:
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written)
 
 
+def test_openb_curves_of_a_file_named_for_its_fleet_name_the_fleet_once(tmp_path: Path) -> None:
+    from bench.plot_curves import draw
+
+    pods = [_pod(1, name=f"p{i}") for i in range(30)]
+    runs = [replace(compute_metrics("binpack", _nodes(64), pods, ["n0"] * 30, 1.0), fleet="bare")]
+    curves = tmp_path / "openb-cpu1.5_bare.curve.csv"
+    write_curves(curves, runs)
+    assert [p.name for p in draw(curves, tmp_path)] == ["openb-cpu1.5_bare.png"]
+
+
 EXPOSITION = """\
 # HELP scheduler_scheduling_attempt_duration_seconds [STABLE] Scheduling attempt latency
 # TYPE scheduler_scheduling_attempt_duration_seconds histogram
@@ -482,3 +497,74 @@ def test_openb_attempt_quantile_interpolates_in_the_buckets_of_every_result(
 def test_openb_attempt_latency_without_observations_is_unknown() -> None:
     assert attempt_quantile("", 0.99) is None and attempt_mean("") is None
     assert attempt_mean(EXPOSITION) == pytest.approx(0.12 / 100)
+
+
+def _pod_seen(name: str, node: str | None = None, message: str | None = None) -> dict[str, Any]:
+    pod: dict[str, Any] = {"metadata": {"name": name}, "spec": {}, "status": {}}
+    if node:
+        pod["spec"]["nodeName"] = node
+    if message is not None:
+        pod["status"]["conditions"] = [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+            }
+        ]
+    return pod
+
+
+def test_openb_render_names_the_pods_in_arrival_order_for_the_profiles_scheduler() -> None:
+    pods = [_pod(1, name="b"), _pod(0, name="a")]
+    rendered = render("binpack", pods, "/kubeconfig", image=lambda pod: f"img/{pod.name}")
+    name, config = scheduler_config("binpack", "/kubeconfig")
+    assert rendered.profile == "binpack" and rendered.config == config
+    assert [p["metadata"]["name"] for p in rendered.pods] == ["p00000-b", "p00001-a"]
+    assert rendered.pods[1] == pod_object(1, pods[1], name, "img/a")
+    assert {p["spec"]["schedulerName"] for p in rendered.pods} == {name}
+    default = render("default", pods, "/kubeconfig", score_all=False)
+    assert "percentageOfNodesToScore" not in default.config["profiles"][0]
+    assert {c["image"] for p in default.pods for c in p["spec"]["containers"]} == {TRACE_IMAGE}
+
+
+def test_openb_decisions_count_each_pod_once_and_end_when_all_are_decided() -> None:
+    ticks = iter([1.0, 2.5])
+    decisions = Decisions(["p00000-a", "p00001-b"], clock=lambda: next(ticks))
+    assert not decisions.see(_pod_seen("other", node="n9"))  # not a pod of the run
+    assert not decisions.see(_pod_seen("p00001-b"))  # pending
+    assert not decisions.see(_pod_seen("p00001-b", message="0/2 nodes are available"))
+    # A pod marked Unschedulable and bound later counts once, bound, its message kept.
+    assert not decisions.see(_pod_seen("p00001-b", node="n1"))
+    assert decisions.remaining == 1 and decisions.scheduling_s() is None
+    assert decisions.see(_pod_seen("p00000-a", node="n0"))
+    assert decisions.placed == ["n0", "n1"]
+    assert decisions.messages == ["", "0/2 nodes are available"]
+    assert decisions.scheduling_s() == 1.5
+
+
+def test_openb_measure_adds_the_runs_settings_and_latencies_to_the_metrics() -> None:
+    pods = [_pod(1, name="a"), _pod(2, name="b")]
+    rendered = render("default", pods, "/kubeconfig")
+    outcome = Outcome(
+        placed=("n0", None),
+        messages=("", "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."),
+        wall_s=3.0,
+        scheduling_s=1.25,
+        attempts=(1, 0),
+        exposition=EXPOSITION,
+    )
+    m = measure(rendered, pods, _nodes(2, 2), "realistic", outcome)
+    assert m == replace(
+        compute_metrics("default", _nodes(2, 2), pods, outcome.placed, 3.0, 1, outcome.messages),
+        percentage_of_nodes_to_score=100,
+        fleet="realistic",
+        scheduling_s=1.25,
+        attempt_p99_s=attempt_quantile(EXPOSITION, 0.99),
+        attempt_mean_s=attempt_mean(EXPOSITION),
+        algorithm_p99_s=None,
+    )
+    assert (m.out_of_order, m.rejected_gpu_frag, m.alloc_at_first_frag) == (1, 1, 0.25)
+    # Attempts missing from the scheduler's log: the order was not checked.
+    partial = replace(outcome, attempts=(0,))
+    assert measure(rendered, pods, _nodes(2, 2), "bare", partial).out_of_order is None
