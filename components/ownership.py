@@ -7,9 +7,9 @@ every object in it on `destroy`). So before anything is applied, every `preview`
 reads the cluster:
 
 - **The claim** (ConfigMap kube-system/<project>, components/cluster_access.py) must be this
-  stack's (its id), or missing on a stack that never claimed the cluster. A claim that
-  vanished from a stack that holds one (an admin, a GitOps prune) is refused until the stack
-  takes it back explicitly (`retakeClaim`), so two stacks never both think they own the
+  stack's (its id), or missing while none of the stack's objects is on the cluster (a first
+  `up`). A claim that vanished while they are (an admin, a GitOps prune) is refused until the
+  stack takes it back explicitly (`retakeClaim`), so two stacks never both think they own the
   cluster.
 - **Every object the stack declares** (the Kubernetes objects and the Helm releases) is
   either absent, or listed in this stack's claim: the claim records what the stack manages,
@@ -18,8 +18,10 @@ reads the cluster:
 
 Objects declared by the program are collected by the stack transformation at registration
 (names and namespaces must be plain strings, so they are known before anything is applied);
-`Ownership.seal()`, at the end of the program, starts the one live check, and the claim, on
-which every other resource of the stack waits, is written only once it passed.
+`Ownership.seal()`, at the end of the program, reads the cluster once, and the claim, on which
+every other resource of the stack waits, is written only once the check passed. The check needs
+the stack's id, an Output, so its verdict is a future the claim's inputs wait on; a refusal is an
+OwnershipError (a RunError, shown without a stack trace).
 """
 
 from __future__ import annotations
@@ -393,7 +395,8 @@ class Ownership:
     """Collects what the program declares, then checks it live once (`seal`).
 
     `verified` resolves to the record of the declared objects (for the claim) once the check
-    passed; it fails the run with a ConfigError naming every problem otherwise.
+    passed; otherwise it fails with an OwnershipError naming every problem, and so does every
+    resource that waits for the claim (all but the state-only stack id).
     """
 
     stack_id: pulumi.Output[str]
