@@ -16,22 +16,29 @@ only hides their GPUs from the scheduler), recognised exactly as NodeRestriction
 and the GPU Operator's own pods (GpuOperatorSettings.operator_pods(): in its namespace,
 created by its validator or by the DaemonSet controller for a DaemonSet), whether the stack
 installs the operator or it runs outside the stack (admission.externalGpuOperatorNamespace).
+Pool pods are judged like GPU pods: a pod being created, not bound to a node, with a toleration
+that names the GPU pool taint's key, must be on the binpack scheduler too (routed, or refused),
+so that one scheduler alone places pods on the pool's nodes; two schedulers binding to one
+node each see room the other has just taken, and the kubelet then rejects a pod (OutOfcpu).
+The DaemonSet controller's pods stay with the cluster's scheduler, and a toleration of every
+taint (an empty key with Exists) does not make a pool pod (docs/layers.md, "Two schedulers,
+one node").
 The scheduler name, resource names, pool toleration and operator's pods are data handed over
 from the layers that own them, never written into the policy source. Every GPU pod the gate
 admits tolerates the GPU pool's taint, or the stack config is refused
 (opa_gate_settings.pool_toleration_problem). Three engines:
 - `mutating-admission-policy` (the default; Kubernetes v1.36+, where the API is GA): a
-  MutatingAdmissionPolicy first routes GPU pods that leave spec.schedulerName unset to the
-  binpack scheduler and adds the GPU pool's toleration when no toleration of theirs covers
-  the taint; the ValidatingAdmissionPolicy below then refuses only what cannot be routed (a
+  MutatingAdmissionPolicy first routes GPU pods and pool pods that leave spec.schedulerName
+  unset to the binpack scheduler and adds the GPU pool's toleration when no toleration of
+  theirs covers the taint; the ValidatingAdmissionPolicy below then refuses only what cannot be routed (a
   scheduler of the pod's own, a preset spec.nodeName). No server, nothing to be down.
 - `opa`: OPA 1.x behind a ValidatingWebhookConfiguration, with the Rego v1 policies from
   policies/ loaded at start-up from a mounted ConfigMap (GPU resource names and scheduler
   name reach them as data); nothing pushes policies at run time, so a restarted OPA is
   ready as soon as it has read its files. A CA and serving certificate from pulumi-tls (kept
   in state, renewed in the last 30 days of the serving certificate). Only pods that request a
-  gated resource or mention NVIDIA_VISIBLE_DEVICES, and ephemeral containers added with the
-  variable, are sent to OPA (matchConditions). GPU pods get the pool's toleration only from
+  gated resource, pool pods and pods that mention NVIDIA_VISIBLE_DEVICES, and ephemeral
+  containers added with the variable, are sent to OPA (matchConditions). GPU pods get the pool's toleration only from
   the API server's ExtendedResourceToleration plugin (controlPlane.admissionPlugins).
 - `validating-admission-policy`: a native ValidatingAdmissionPolicy (CEL, GA since 1.30)
   with the same data written into its CEL and the same rule and message as OPA's; no webhook
@@ -112,8 +119,10 @@ class OpaGateArgs(OpaGateSettings):
     pool_toleration: Annotated[
         pulumi.Output[dict[str, str]] | Mapping[str, str] | None, Runtime()
     ] = None
-    """The GPU pool's toleration (TaintedGpuPool's output); the routing engine adds it to
-    routed GPU pods that lack it. None adds none."""
+    """The GPU pool's toleration (TaintedGpuPool's output): the routing engine adds it to
+    routed GPU pods that lack it, and every engine keeps the pods that tolerate the pool's
+    taint (pool pods, not the DaemonSet controller's) on the scheduler like GPU pods. None:
+    neither."""
     namespace: Annotated[str, Runtime()] = DEFAULT_GATE_NAMESPACE
     """The gate's own namespace (created, and excluded from the gate)."""
     opa_image: Annotated[str, Runtime()] = "openpolicyagent/opa:1.22.2"
@@ -177,15 +186,17 @@ class OpaGate(ClusterLayer):
         )
 
     def _gate_data(self) -> pulumi.Output[dict[str, Any]]:
-        """gate_data() of the scheduler's name and every resource the settings gate."""
+        """gate_data() of the scheduler's name, every resource the settings gate and the
+        pool's toleration (which pods are pool pods)."""
         args = self._args
         gated = args.gpu_resources if args.gate_extended_resources else ()
-        return pulumi.Output.all(args.scheduler_name, gated).apply(
+        return pulumi.Output.all(args.scheduler_name, gated, args.pool_toleration).apply(
             lambda v: gate_data(
                 v[0],
                 [*args.device_resources, *v[1]],
                 args.gpu_resource_prefixes,
                 operator_pods=args.operator_pods,
+                pool_toleration=v[2],
             )
         )
 

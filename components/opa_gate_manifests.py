@@ -20,6 +20,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from components.gpu_operator_settings import DAEMONSET_CONTROLLERS
 from components.gpu_resources import gated_names, gated_prefixes
 from components.object_meta import PART_OF
 from components.opa_gate_settings import (
@@ -71,11 +72,14 @@ def gate_data(
     prefixes: Sequence[str],
     *,
     operator_pods: OperatorPods | None = None,
+    pool_toleration: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The policies' data document, data.gpu_cluster.config (see policies/README.md).
 
     Every GPU (components/gpu_resources.py) is gated whatever `resources` and `prefixes` add;
-    `operator_pods` (the GPU Operator's own pods) are left out when None.
+    `operator_pods` (the GPU Operator's own pods) are left out when None. `pool_toleration`
+    (TaintedGpuPool's, which names the pool's taint exactly) makes the pods that tolerate the
+    pool's taint `pool_pods`, kept on the scheduler like GPU pods; none when None.
     """
     data: dict[str, Any] = {
         "scheduler_name": scheduler_name,
@@ -87,6 +91,11 @@ def gate_data(
             "namespace": operator_pods.namespace,
             "creators": sorted(operator_pods.creators),
             "daemonset_controllers": sorted(operator_pods.daemonset_controllers),
+        }
+    if pool_toleration is not None:
+        data["pool_pods"] = {
+            "taint": {k: pool_toleration.get(k, "") for k in ("key", "value", "effect")},
+            "daemonset_controllers": sorted(DAEMONSET_CONTROLLERS),
         }
     return data
 
@@ -165,7 +174,7 @@ def policy_match_constraints(
 
 
 def gpu_request_condition(config: Mapping[str, Any]) -> str:
-    """CEL, true when the pod asks for a gated GPU resource: the routing policy's condition.
+    """CEL, true when the pod asks for a gated GPU resource.
 
     Built from the same pieces as the ValidatingAdmissionPolicy's variables, with the lists
     written in (match conditions have no variables).
@@ -173,13 +182,23 @@ def gpu_request_condition(config: Mapping[str, Any]) -> str:
     return cel.requests_gpu(config)
 
 
+def routed_condition(config: Mapping[str, Any]) -> str:
+    """CEL, the routing policy's condition: a GPU request (gpu_request_condition), or a pool
+    pod the policy judges (cel.pool_pod: it tolerates the GPU pool's taint; not a mirror pod,
+    not the GPU Operator's own)."""
+    return (
+        f"({gpu_request_condition(config)}) || (!({cel.exempt(config)}) && {cel.pool_pod(config)})"
+    )
+
+
 def webhook_condition(config: Mapping[str, Any]) -> str:
     """CEL, the webhook's match condition: a GPU request of a pod being created
-    (gpu_request_condition), or NVIDIA_VISIBLE_DEVICES in a container the request brings (a
-    new pod's, or an ephemeral container being added), from a pod the policy judges (not a
-    mirror pod, not the GPU Operator's own: the device plugin's pods set the variable). Other
-    requests never reach OPA, so an OPA outage cannot hold them back."""
-    return f"!({cel.exempt(config)}) && ({cel.judged(config)})"
+    (gpu_request_condition), a pool pod (cel.pool_pod), or NVIDIA_VISIBLE_DEVICES in a
+    container the request brings (a new pod's, or an ephemeral container being added), from a
+    pod the policy judges (not a mirror pod, not the GPU Operator's own: the device plugin's
+    pods set the variable). Other requests never reach OPA, so an OPA outage cannot hold them
+    back."""
+    return f"!({cel.exempt(config)}) && ({cel.judged(config)} || {cel.pool_pod(config)})"
 
 
 # --------------------------------------------------------------------------- native engines
@@ -206,7 +225,7 @@ def admission_policy_spec(
         "variables": [
             {"name": n, "expression": e} for n, e in cel.validation_variables(config).items()
         ],
-        "validations": cel.validations(),
+        "validations": cel.validations(config),
     }
 
 
@@ -228,12 +247,13 @@ def routing_policy_spec(
     *,
     gate_namespace: str = DEFAULT_GATE_NAMESPACE,
 ) -> dict[str, Any]:
-    """The MutatingAdmissionPolicy that routes GPU pods to the stack's scheduler.
+    """The MutatingAdmissionPolicy that routes GPU pods and pool pods to the stack's scheduler.
 
-    A pod CREATE that asks for a gated GPU resource and leaves spec.schedulerName unset (the
-    API server has filled in default-scheduler by then) gets the stack's scheduler; a GPU pod
-    headed there also gets the pool's `toleration` unless one of its tolerations already
-    covers the taint. A pod with another scheduler is left as it is (the
+    A pod CREATE that asks for a gated GPU resource, or a pool pod (it tolerates the pool's
+    taint, cel.pool_pod), and leaves spec.schedulerName unset (the API server has filled in
+    default-scheduler by then) gets the stack's scheduler; a GPU pod headed there also gets the
+    pool's `toleration` unless one of its tolerations already covers the taint (a pool pod's
+    does). A pod with another scheduler is left as it is (the
     ValidatingAdmissionPolicy refuses it), and so is a pod created bound to a node (refused
     too, unless it is a node's mirror pod, which must stay as its kubelet wrote it, or the GPU
     Operator's validator workload).
@@ -248,7 +268,7 @@ def routing_policy_spec(
         # Pod creations only: nothing routes a running pod.
         "matchConstraints": policy_match_constraints(gate_namespace, [pod_create_rule()]),
         "matchConditions": [
-            {"name": "requests-gpu", "expression": gpu_request_condition(config)},
+            {"name": "gpu-or-pool-pod", "expression": routed_condition(config)},
             {"name": "not-bound", "expression": cel.UNBOUND},
         ],
         "variables": [
@@ -479,10 +499,10 @@ def webhook_spec(
 ) -> dict[str, Any]:
     """The ValidatingWebhookConfiguration's one webhook; OPA answers at path `/`.
 
-    `config` is gate_data(): only pod CREATEs that ask for one of its GPU resources or mention
-    NVIDIA_VISIBLE_DEVICES, and ephemeral containers added with the variable, are sent
-    (judged_rules() and matchConditions, GA since 1.30); with failurePolicy Fail an OPA outage
-    then holds back those requests only.
+    `config` is gate_data(): only pod CREATEs that ask for one of its GPU resources, tolerate
+    the GPU pool's taint or mention NVIDIA_VISIBLE_DEVICES, and ephemeral containers added with
+    the variable, are sent (judged_rules() and matchConditions, GA since 1.30); with
+    failurePolicy Fail an OPA outage then holds back those requests only.
     Ref: https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/#matching-requests-matchconditions
     """
     return {

@@ -4,9 +4,10 @@ The engines, failure policies and the names every engine's objects share (the ga
 webhook, its default namespace) are settings facts; the policies OPA loads default to
 policies/*.rego. components/opa_gate_manifests.py renders the objects from these values.
 
-failurePolicy: `Fail` means no GPU pod is admitted while the gate cannot answer (OPA down,
-timeout), so bin-packing is never bypassed; CPU pods never reach OPA, so an outage does not
-block them. `Ignore` admits GPU pods during an outage, possibly onto the default scheduler.
+failurePolicy: `Fail` means no GPU pod (nor pool pod: one that tolerates the GPU pool's
+taint) is admitted while the gate cannot answer (OPA down, timeout), so bin-packing is never
+bypassed; other CPU pods never reach OPA, so an outage does not block them. `Ignore` admits
+them during an outage, possibly onto the default scheduler.
 The native engines have no server to fail, so their failure policy only matters for CEL
 evaluation errors.
 
@@ -72,9 +73,11 @@ class OpaGateSettings(Settings):
     spec.schedulerName unset are routed to the binpack scheduler and given the pool's
     toleration; only what cannot be routed is refused), `validating-admission-policy`
     (native, refuses GPU pods off the binpack scheduler) or `opa` (webhook, refuses them
-    too). The native engines need no server."""
+    too). Pods that tolerate the pool's taint (not DaemonSet pods) are kept on the binpack
+    scheduler like GPU pods by every engine. The native engines need no server."""
     failure_policy: Annotated[FailurePolicy, choice(FAILURE_POLICIES)] = "Fail"
-    """Fail: a GPU pod is refused while the gate cannot answer. Ignore: it is admitted."""
+    """Fail: a GPU pod (or a pod that tolerates the pool's taint) is refused while the gate
+    cannot answer. Ignore: it is admitted."""
     timeout_seconds: Annotated[int, between(1, 30)] = 5
     """Webhook timeout in seconds (the API server allows 1-30)."""
     replicas: Annotated[int, between(1, 5)] = 2

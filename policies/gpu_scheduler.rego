@@ -9,6 +9,11 @@
 # none) without requesting a GPU itself: the container toolkit may give it every GPU of its
 # node. That rule also judges the ephemeral containers an UPDATE of the pods/ephemeralcontainers
 # subresource adds to a running pod (`kubectl debug --env NVIDIA_VISIBLE_DEVICES=all`).
+# A pod CREATE that asks for no GPU but tolerates the GPU pool's taint with a toleration naming
+# its key (a pool pod: the default scheduler could place it on the pool beside the GPU pods the
+# binpack scheduler places there, each seeing room the other has just taken) is denied too off
+# the binpack scheduler, unless it is created bound to a node or by the DaemonSet controller
+# for a DaemonSet (data.gpu_cluster.config.pool_pods).
 # Not judged: a node's mirror pods of its static pods, and the GPU Operator's own pods
 # (data.gpu_cluster.config.operator_pods).
 #
@@ -72,6 +77,21 @@ non_empty_strings(value) if {
 		is_string(item)
 		item != ""
 	}
+}
+
+config_errors contains "data.gpu_cluster.config.pool_pods must be an object with a taint of strings key (non-empty), value and effect (non-empty) and a list of non-empty strings daemonset_controllers" if {
+	pool := config.pool_pods
+	pool != null
+	not valid_pool_pods(pool)
+}
+
+valid_pool_pods(pool) if {
+	is_string(pool.taint.key)
+	pool.taint.key != ""
+	is_string(pool.taint.value)
+	is_string(pool.taint.effect)
+	pool.taint.effect != ""
+	non_empty_strings(pool.daemonset_controllers)
 }
 
 valid_operator_pods(operator) if {
@@ -339,6 +359,11 @@ operator_pod if {
 operator_pod if {
 	operator := operator_pods
 	request.userInfo.username in operator.daemonset_controllers
+	owned_by_a_daemonset
+}
+
+# The pod's controlling owner is a DaemonSet.
+owned_by_a_daemonset if {
 	some owner in pod.metadata.ownerReferences
 	owner.apiVersion == "apps/v1"
 	owner.kind == "DaemonSet"
@@ -350,6 +375,46 @@ operator_pods := operator if {
 	operator := config.operator_pods
 	valid_operator_pods(operator)
 	request.namespace == operator.namespace
+}
+
+# Pool pods: placed by the binpack scheduler alone, as GPU pods are (two schedulers binding to
+# one node each see room the other has just taken, and the kubelet rejects a pod: OutOfcpu).
+# Not the DaemonSet controller's pods (one per node, pinned there; the cluster's scheduler
+# keeps them), not a toleration of every taint (empty key, Exists: infrastructure).
+
+# The pool's taint, when the data names a valid one.
+pool_taint := pool.taint if {
+	pool := config.pool_pods
+	valid_pool_pods(pool)
+}
+
+# A toleration that names the pool taint's key and tolerates it, as the scheduler matches them:
+# an empty effect or the taint's, Exists for every value, Equal (or no operator) for the same.
+# Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/api/core/v1/toleration.go
+tolerates_pool_taint(toleration) if {
+	toleration.key == pool_taint.key
+	object.get(toleration, "effect", "") in {"", pool_taint.effect}
+	toleration_value_matches(toleration)
+}
+
+toleration_value_matches(toleration) if toleration.operator == "Exists"
+
+toleration_value_matches(toleration) if {
+	object.get(toleration, "operator", "") in {"", "Equal"}
+	object.get(toleration, "value", "") == pool_taint.value
+}
+
+pool_daemonset_pod if {
+	request.userInfo.username in config.pool_pods.daemonset_controllers
+	owned_by_a_daemonset
+}
+
+pool_pod if {
+	pod_create
+	not preset_node_name
+	some toleration in spec.tolerations
+	tolerates_pool_taint(toleration)
+	not pool_daemonset_pod
 }
 
 # Decisions
@@ -382,6 +447,20 @@ deny contains msg if {
 	msg := sprintf(
 		`pod "%s" requests %s but sets spec.nodeName, which skips the scheduler; GPU pods are placed by %s`,
 		[pod_display, resource, configured_scheduler_name],
+	)
+}
+
+# A pool pod that asks for a GPU is judged as a GPU pod only.
+deny contains msg if {
+	pod_create
+	not exempt
+	count(config_errors) == 0
+	count(requested_gpu_resources) == 0
+	pool_pod
+	not uses_binpack_scheduler
+	msg := sprintf(
+		`pod "%s" tolerates the GPU pool's taint %s but spec.schedulerName is %s; pods that tolerate it must set spec.schedulerName: %s (one scheduler places every pod on the pool's nodes)`,
+		[pod_display, pool_taint.key, scheduler_shown, configured_scheduler_name],
 	)
 }
 

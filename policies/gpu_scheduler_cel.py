@@ -18,6 +18,10 @@ Rule by rule, against policies/gpu_scheduler.rego:
 - `deny` (not on the scheduler) -> the first of validations().
 - `deny` (spec.nodeName preset) -> the second of validations().
 - `deny` (NVIDIA_VISIBLE_DEVICES without a GPU) -> the third of validations().
+- `tolerates_pool_taint`, `pool_daemonset_pod`, `pool_pod` -> toleration_matches(keyed=True),
+  daemonset_pod(), pool_pod(): a pod being created, not bound to a node, with a toleration that
+  names the GPU pool taint's key and tolerates it, not the DaemonSet controller's.
+- `deny` (a pool pod off the scheduler) -> the fourth of validations().
 - Routing has no Rego twin: OPA is a validating webhook and only refuses.
 """
 
@@ -171,6 +175,17 @@ MIRROR_POD = (
 )
 
 
+def daemonset_pod(controllers: Sequence[str]) -> str:
+    """True for a pod the DaemonSet controller creates: by one of `controllers` (user names),
+    for a DaemonSet, its controlling owner."""
+    return (
+        f"(request.userInfo.username in {literal(controllers)}"
+        " && has(object.metadata.ownerReferences)"
+        " && object.metadata.ownerReferences.exists(o, o.apiVersion == 'apps/v1'"
+        " && o.kind == 'DaemonSet' && has(o.controller) && o.controller))"
+    )
+
+
 def operator_pod(config: Mapping[str, Any]) -> str:
     """True for the GPU Operator's own pods (gate data `operator_pods`; "false" without it):
     created in its namespace by one of its creators, or by a DaemonSet controller for a
@@ -181,10 +196,7 @@ def operator_pod(config: Mapping[str, Any]) -> str:
     return (
         f"request.namespace == {literal(operator['namespace'])}"
         f" && (request.userInfo.username in {literal(operator['creators'])}"
-        f" || (request.userInfo.username in {literal(operator['daemonset_controllers'])}"
-        " && has(object.metadata.ownerReferences)"
-        " && object.metadata.ownerReferences.exists(o, o.apiVersion == 'apps/v1'"
-        " && o.kind == 'DaemonSet' && has(o.controller) && o.controller)))"
+        f" || {daemonset_pod(operator['daemonset_controllers'])})"
     )
 
 
@@ -192,6 +204,68 @@ def exempt(config: Mapping[str, Any]) -> str:
     """True for a pod the policy does not judge (a mirror pod, the operator's own); usable
     without variables."""
     return f"({MIRROR_POD}) || ({operator_pod(config)})"
+
+
+# --------------------------------------------------------------------------- pool pods
+
+# Two schedulers binding to one node each see room the other has just taken, and the kubelet
+# then refuses one pod (OutOfcpu). Pods that tolerate the GPU pool's taint could be placed
+# there by the default scheduler beside the GPU pods the stack's scheduler places, so they are
+# kept on the stack's scheduler as GPU pods are (gate data `pool_pods`: {taint: {key, value,
+# effect}, daemonset_controllers}). Not the DaemonSet controller's pods (one per node, pinned
+# there; the cluster's scheduler keeps placing them), not a toleration of every taint (an
+# empty key with Exists: infrastructure), not a pod created bound to a node.
+
+# Not bound to a node when created: a scheduler will place it.
+UNBOUND = "!has(object.spec.nodeName) || object.spec.nodeName == ''"
+
+
+def toleration_matches(taint: Mapping[str, str], *, keyed: bool) -> str:
+    """True when toleration `t` tolerates `taint` ({key, value, effect}; a toleration of it
+    serves too), as the scheduler matches them: the taint's key (or, unless `keyed`, an empty
+    key with Exists, which tolerates every taint), an empty effect or the taint's, Exists for
+    every value, Equal (or no operator) for the same value only.
+    Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/api/core/v1/toleration.go
+    """
+    key = literal(taint["key"])
+    value = literal(taint.get("value", ""))
+    effect = literal(taint["effect"])
+    exists = "(has(t.operator) && t.operator == 'Exists')"
+    equal = "(!has(t.operator) || t.operator in ['', 'Equal'])"
+    names_key = f"(has(t.key) && t.key == {key})"
+    if not keyed:
+        names_key = f"({names_key} || ((!has(t.key) || t.key == '') && {exists}))"
+    return (
+        f"{names_key}"
+        f" && (!has(t.effect) || t.effect == '' || t.effect == {effect})"
+        f" && ({exists} || ({equal} && (has(t.value) ? t.value : '') == {value}))"
+    )
+
+
+def pool_taint(config: Mapping[str, Any]) -> Mapping[str, str] | None:
+    """The GPU pool's taint {key, value, effect} of the gate data; None without `pool_pods`."""
+    pool = config.get("pool_pods")
+    return pool["taint"] if pool else None
+
+
+# Why a pool pod must be on the stack's scheduler, the end of its refusal.
+ONE_SCHEDULER = " (one scheduler places every pod on the pool's nodes)"
+
+
+def pool_pod(config: Mapping[str, Any]) -> str:
+    """True for a pod that only the stack's scheduler may place (gate data `pool_pods`;
+    "false" without it): being created, not bound to a node, with a toleration that names the
+    GPU pool taint's key and tolerates it, and not created by the DaemonSet controller for a
+    DaemonSet. A toleration of every taint (empty key, Exists) does not count. Usable without
+    variables."""
+    pool = config.get("pool_pods")
+    if not pool:
+        return "false"
+    return (
+        f"{CREATING} && ({UNBOUND}) && has(object.spec.tolerations)"
+        f" && object.spec.tolerations.exists(t, {toleration_matches(pool['taint'], keyed=True)})"
+        f" && !{daemonset_pod(pool['daemonset_controllers'])}"
+    )
 
 
 def validation_variables(config: Mapping[str, Any]) -> dict[str, str]:
@@ -223,20 +297,22 @@ def validation_variables(config: Mapping[str, Any]) -> dict[str, str]:
         "unrequestedDevices": unrequested_visible_devices(
             "variables.containers", "variables.gpuResources", "variables.gpuPrefixes"
         ),
+        "poolPod": pool_pod(config),
     }
 
 
-def validations() -> list[dict[str, str]]:
-    """The three `deny` rules of gpu_scheduler.rego, with the same messages; a mirror pod
-    and the GPU Operator's own pods (variable exempt) pass them all.
+def validations(config: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The `deny` rules of gpu_scheduler.rego, with the same messages; a mirror pod and the
+    GPU Operator's own pods (variable exempt) pass them all. The fourth, on pool pods, only
+    with gate data `pool_pods`.
 
     With several kinds of GPU resource (or several containers setting NVIDIA_VISIBLE_DEVICES)
     the message names the alphabetically first, which is the first of the Rego policy's
-    (sorted) messages.
+    (sorted) messages. The API server reports the first validation that fails.
     """
     first_gpu = _SMALLEST.format(l="variables.gpuNames")
     first_container = _SMALLEST.format(l="variables.unrequestedDevices")
-    return [
+    rules = [
         {
             "expression": "variables.exempt || size(variables.gpuNames) == 0"
             " || (has(object.spec.schedulerName)"
@@ -269,29 +345,34 @@ def validations() -> list[dict[str, str]]:
             "reason": "Forbidden",
         },
     ]
+    taint = pool_taint(config)
+    if taint is not None:
+        pool_pod_is = literal(
+            f"\" tolerates the GPU pool's taint {taint['key']} but spec.schedulerName is "
+        )
+        rules.append(
+            {
+                # A pod that asks for a GPU is judged by the first rule alone.
+                "expression": "variables.exempt || size(variables.gpuNames) > 0"
+                " || !variables.poolPod || (has(object.spec.schedulerName)"
+                " && object.spec.schedulerName == variables.requiredScheduler)",
+                "messageExpression": f"'pod \"' + variables.podName + {pool_pod_is}"
+                " + variables.schedulerShown + '; pods that tolerate it must set"
+                " spec.schedulerName: ' + variables.requiredScheduler"
+                f" + {literal(ONE_SCHEDULER)}",
+                "reason": "Forbidden",
+            }
+        )
+    return rules
 
 
 # --------------------------------------------------------------------------- routing
 
-UNBOUND = "!has(object.spec.nodeName) || object.spec.nodeName == ''"
-
 
 def tolerates(toleration: Mapping[str, str]) -> str:
-    """True when toleration `t` of the pod already tolerates the pool's taint.
-
-    As the scheduler matches them: an empty key with Exists tolerates every taint, an empty
-    effect every effect, Exists every value, Equal (the default) only the same value.
-    Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/
-    """
-    key = literal(toleration["key"])
-    value = literal(toleration.get("value", ""))
-    effect = literal(toleration["effect"])
-    exists = "(has(t.operator) && t.operator == 'Exists')"
-    return (
-        f"((has(t.key) && t.key == {key}) || ((!has(t.key) || t.key == '') && {exists}))"
-        f" && (!has(t.effect) || t.effect == '' || t.effect == {effect})"
-        f" && ({exists} || (has(t.value) ? t.value : '') == {value})"
-    )
+    """True when toleration `t` of the pod already tolerates the pool's taint, whether it
+    names the taint's key or tolerates every taint (toleration_matches())."""
+    return toleration_matches(toleration, keyed=False)
 
 
 def routing_variables(

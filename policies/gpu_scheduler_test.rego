@@ -729,3 +729,117 @@ test_allow_status_update_of_a_pod_with_visible_devices if {
 	count(deny) == 0 with input as make_review(pod, {"operation": "UPDATE", "subResource": "status", "oldObject": pod})
 		with data.gpu_cluster.config as gate_config
 }
+
+# Pool pods: whatever tolerates the GPU pool's taint is placed by the binpack scheduler alone.
+
+pool_config := object.union(gate_config, {"pool_pods": {
+	"taint": {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+	"daemonset_controllers": ["system:kube-controller-manager", "system:serviceaccount:kube-system:daemon-set-controller"],
+}})
+
+# team-a/train-0 with one CPU-only container and `tolerations`; spec overrides merge in.
+pool_pod_review(tolerations, spec_overrides) := review_of({"spec": object.union({"tolerations": tolerations}, spec_overrides)})
+
+pool_denial(scheduler) := sprintf(`pod "team-a/train-0" tolerates the GPU pool's taint nvidia.com/gpu but spec.schedulerName is %s; pods that tolerate it must set spec.schedulerName: gpu-binpack-scheduler (one scheduler places every pod on the pool's nodes)`, [scheduler])
+
+test_deny_a_cpu_pod_that_tolerates_the_pool_off_the_scheduler if {
+	deny == {pool_denial(`"default-scheduler"`)} with input as pool_pod_review(tolerates_pool, {"schedulerName": "default-scheduler"})
+		with data.gpu_cluster.config as pool_config
+}
+
+test_deny_a_pool_pod_on_another_scheduler if {
+	deny == {pool_denial(`"team-scheduler"`)} with input as pool_pod_review(tolerates_pool, {"schedulerName": "team-scheduler"})
+		with data.gpu_cluster.config as pool_config
+}
+
+test_allow_a_pool_pod_on_the_scheduler if {
+	count(deny) == 0 with input as pool_pod_review(tolerates_pool, binpack)
+		with data.gpu_cluster.config as pool_config
+}
+
+test_deny_each_toleration_that_tolerates_the_pool_taint if {
+	every toleration in [
+		{"key": "nvidia.com/gpu", "operator": "Exists"},
+		{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"},
+		{"key": "nvidia.com/gpu", "value": "present"},
+		{"key": "nvidia.com/gpu", "operator": "", "value": "present", "effect": ""},
+	] {
+		deny == {pool_denial("unset")} with input as pool_pod_review([toleration], {})
+			with data.gpu_cluster.config as pool_config
+	}
+}
+
+test_allow_tolerations_that_do_not_tolerate_the_pool_taint if {
+	every toleration in [
+		{"key": "nvidia.com/gpu", "operator": "Equal", "value": "absent"},
+		{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"},
+		{"key": "nvidia.com/gpu", "operator": "Lt", "value": "present"},
+		{"key": "example.com/dongle", "operator": "Exists"},
+	] {
+		count(deny) == 0 with input as pool_pod_review([toleration], {})
+			with data.gpu_cluster.config as pool_config
+	}
+}
+
+# Infrastructure that tolerates every taint is not a pool pod.
+test_allow_a_pod_that_tolerates_every_taint if {
+	count(deny) == 0 with input as pool_pod_review([{"operator": "Exists"}], {})
+		with data.gpu_cluster.config as pool_config
+}
+
+test_deny_a_pool_pod_that_also_tolerates_every_taint if {
+	deny == {pool_denial("unset")} with input as pool_pod_review(array.concat([{"operator": "Exists"}], tolerates_pool), {})
+		with data.gpu_cluster.config as pool_config
+}
+
+test_allow_the_daemonset_controllers_pool_pod if {
+	pod := make_pod({"metadata": {"ownerReferences": [daemonset_owner]}, "spec": {"tolerations": tolerates_pool}})
+	count(deny) == 0 with input as make_review(pod, in_namespace("team-a", daemonset_controller))
+		with data.gpu_cluster.config as pool_config
+}
+
+test_deny_a_daemonset_owner_on_a_pool_pod_someone_else_creates if {
+	pod := make_pod({"metadata": {"ownerReferences": [daemonset_owner]}, "spec": {"tolerations": tolerates_pool}})
+	deny == {pool_denial("unset")} with input as make_review(pod, in_namespace("team-a", {"username": "alice"}))
+		with data.gpu_cluster.config as pool_config
+}
+
+test_deny_a_pool_pod_the_replicaset_controller_creates if {
+	replica_set := object.union(daemonset_owner, {"kind": "ReplicaSet"})
+	pod := make_pod({"metadata": {"ownerReferences": [replica_set]}, "spec": {"tolerations": tolerates_pool}})
+	deny == {pool_denial("unset")} with input as make_review(pod, in_namespace("team-a", daemonset_controller))
+		with data.gpu_cluster.config as pool_config
+}
+
+test_allow_a_pool_pod_created_bound_to_a_node if {
+	count(deny) == 0 with input as pool_pod_review(tolerates_pool, {"nodeName": "gpu-1"})
+		with data.gpu_cluster.config as pool_config
+}
+
+test_a_gpu_pool_pod_is_judged_as_a_gpu_pod if {
+	deny == {unset_gpu_denial} with input as gpu_pod_review({"tolerations": tolerates_pool})
+		with data.gpu_cluster.config as pool_config
+}
+
+test_allow_a_pool_pod_without_pool_data if {
+	count(deny) == 0 with input as pool_pod_review(tolerates_pool, {})
+		with data.gpu_cluster.config as gate_config
+}
+
+test_pool_taint_key_comes_from_the_data if {
+	config := object.union(pool_config, {"pool_pods": {"taint": {"key": "gpu-cluster.io/pool", "value": "a100", "effect": "PreferNoSchedule"}}})
+	count(deny) == 0 with input as pool_pod_review(tolerates_pool, {})
+		with data.gpu_cluster.config as config
+	count(deny) == 1 with input as pool_pod_review([{"key": "gpu-cluster.io/pool", "value": "a100"}], {})
+		with data.gpu_cluster.config as config
+}
+
+test_allow_a_running_pool_pod_being_debugged if {
+	pod := make_pod({"spec": {"nodeName": "gpu-1", "tolerations": tolerates_pool, "ephemeralContainers": [debug_container("debugger", [])]}})
+	count(deny) == 0 with input as make_review(pod, {"operation": "UPDATE", "subResource": "ephemeralcontainers", "oldObject": object.union(pod, {"spec": {"ephemeralContainers": []}})})
+		with data.gpu_cluster.config as pool_config
+}
+
+test_malformed_pool_pods_are_a_config_error if {
+	config_errors == {"data.gpu_cluster.config.pool_pods must be an object with a taint of strings key (non-empty), value and effect (non-empty) and a list of non-empty strings daemonset_controllers"} with data.gpu_cluster.config as object.union(gate_config, {"pool_pods": {"taint": {"key": ""}, "daemonset_controllers": []}})
+}

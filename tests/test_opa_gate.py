@@ -22,11 +22,13 @@ from components.opa_gate_manifests import (
     gpu_request_condition,
     namespace_selector,
     opa_run_args,
+    routed_condition,
     routing_binding_spec,
     routing_policy_spec,
     webhook_condition,
 )
 from components.opa_gate_settings import DEFAULT_GATE_NAMESPACE, load_policies
+from policies import gpu_scheduler_cel as cel
 from tests.conftest import Recording, component_access, register
 
 WEBHOOK = "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration"
@@ -418,7 +420,9 @@ def test_opa_gate_routing_engine_routes_then_refuses_the_rest() -> None:
     (routing_binding,) = recording.of_type(MAP_BINDING)
     (policy,) = recording.of_type(VAP)
     assert recording.of_type(WEBHOOK) == []
-    config = gate_data("gpu-binpack-scheduler", ["example.com/dongle"], [])
+    config = gate_data(
+        "gpu-binpack-scheduler", ["example.com/dongle"], [], pool_toleration=POOL_TOLERATION
+    )
     assert routing.inputs["spec"] == routing_policy_spec(
         config, POOL_TOLERATION, "Fail", gate_namespace="gpu-admission"
     )
@@ -452,7 +456,7 @@ def test_opa_gate_routing_leaves_bound_pods_as_they_are() -> None:
     spec = routing_policy_spec(gate_data("s", [], []), None)
     conditions = {c["name"]: c["expression"] for c in spec["matchConditions"]}
     assert conditions["not-bound"] == "!has(object.spec.nodeName) || object.spec.nodeName == ''"
-    assert conditions["requests-gpu"] == gpu_request_condition(gate_data("s", [], []))
+    assert conditions["gpu-or-pool-pod"] == routed_condition(gate_data("s", [], []))
 
 
 def test_opa_gate_reject_only_engines_route_nothing() -> None:
@@ -562,3 +566,54 @@ def test_opa_gate_operator_pods_are_data_of_one_shape() -> None:
         "creators": ["u"],
         "daemonset_controllers": ["c"],
     }
+
+
+# Pool pods: whatever tolerates the pool's taint is placed by the stack's scheduler alone.
+
+
+def _gate_json(recording: Recording) -> dict[str, Any]:
+    gate: dict[str, Any] = json.loads(
+        _config_maps(recording)["gpu-gate-config"]["data"]["gate.json"]
+    )
+    return gate
+
+
+def test_opa_gate_pool_toleration_names_the_pool_pods_in_the_policy_data() -> None:
+    gate = _gate_json(_make_gate(pool_toleration=POOL_TOLERATION))
+    assert gate["pool_pods"]["taint"] == {
+        "key": "nvidia.com/gpu",
+        "value": "present",
+        "effect": "NoSchedule",
+    }
+
+
+def test_opa_gate_without_a_pool_toleration_judges_no_pool_pods() -> None:
+    assert "pool_pods" not in _gate_json(_make_gate())
+
+
+def test_opa_gate_webhook_receives_pool_pods() -> None:
+    (condition,) = _webhook(_make_gate(pool_toleration=POOL_TOLERATION))["matchConditions"]
+    config = gate_data(
+        "gpu-binpack-scheduler", ["example.com/dongle"], [], pool_toleration=POOL_TOLERATION
+    )
+    assert condition["expression"] == webhook_condition(config)
+    assert cel.pool_pod(config) in condition["expression"]
+
+
+@pytest.mark.parametrize("engine", ["validating-admission-policy", "mutating-admission-policy"])
+def test_opa_gate_native_engines_refuse_pool_pods_off_the_scheduler(engine: str) -> None:
+    recording = _make_gate(engine=engine, pool_toleration=POOL_TOLERATION)
+    (policy,) = recording.of_type(VAP)
+    variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
+    assert '"nvidia.com/gpu"' in variables["poolPod"]
+    assert "variables.poolPod" in policy.inputs["spec"]["validations"][-1]["expression"]
+
+
+def test_opa_gate_routing_engine_routes_pool_pods() -> None:
+    recording = _make_gate(engine="mutating-admission-policy", pool_toleration=POOL_TOLERATION)
+    (routing,) = recording.of_type(MAP)
+    conditions = {c["name"]: c["expression"] for c in routing.inputs["spec"]["matchConditions"]}
+    config = gate_data(
+        "gpu-binpack-scheduler", ["example.com/dongle"], [], pool_toleration=POOL_TOLERATION
+    )
+    assert cel.pool_pod(config) in conditions["gpu-or-pool-pod"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from components.gpu_operator_settings import OperatorPods
+from components.gpu_operator_settings import DAEMONSET_CONTROLLERS, OperatorPods
 from components.gpu_resources import gated_names, gated_prefixes
 from components.opa_gate_manifests import (
     admission_policy_binding_spec,
@@ -249,7 +249,7 @@ def test_opa_gate_manifests_routing_policy_patches_unbound_gpu_pods(
 ) -> None:
     spec = routing_policy_spec(CONFIG, toleration)
     assert spec["reinvocationPolicy"] == "IfNeeded"
-    assert [c["name"] for c in spec["matchConditions"]] == ["requests-gpu", "not-bound"]
+    assert [c["name"] for c in spec["matchConditions"]] == ["gpu-or-pool-pod", "not-bound"]
     assert len(spec["mutations"]) == mutations
     assert {m["patchType"] for m in spec["mutations"]} == {"JSONPatch"}
 
@@ -294,6 +294,33 @@ def test_opa_gate_manifests_gate_data(
     expected: dict[str, Any],
 ) -> None:
     assert gate_data("s", resources, prefixes, operator_pods=operator_pods) == expected
+
+
+def test_opa_gate_manifests_gate_data_names_the_pool_taint_of_the_pools_toleration() -> None:
+    toleration = {
+        "key": "gpu-cluster.io/pool",
+        "operator": "Equal",
+        "value": "a100",
+        "effect": "PreferNoSchedule",
+    }
+    assert gate_data("s", [], [], pool_toleration=toleration)["pool_pods"] == {
+        "taint": {"key": "gpu-cluster.io/pool", "value": "a100", "effect": "PreferNoSchedule"},
+        # Who creates a DaemonSet's pods: their pool pods stay with the cluster's scheduler.
+        "daemonset_controllers": sorted(DAEMONSET_CONTROLLERS),
+    }
+    assert "pool_pods" not in gate_data("s", [], [])
+
+
+def test_opa_gate_manifests_pool_rule_only_with_a_pool() -> None:
+    with_pool = gate_data("s", [], [], pool_toleration=TOLERATION)
+    without = admission_policy_spec(CONFIG)
+    variables = {v["name"]: v["expression"] for v in without["variables"]}
+    assert variables["poolPod"] == "false"
+    assert len(without["validations"]) == 3
+    spec = admission_policy_spec(with_pool)
+    (pool_rule,) = spec["validations"][3:]
+    assert "variables.poolPod" in pool_rule["expression"]
+    assert "gpu-cluster.io/gpu" in pool_rule["messageExpression"]
 
 
 @pytest.mark.parametrize(

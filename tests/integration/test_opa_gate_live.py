@@ -95,6 +95,7 @@ GATES = {
             SAMPLES.gpu_resources,
             SAMPLES.gpu_resource_prefixes,
             operator_pods=operator,
+            pool_toleration=POOL_TOLERATION,
         ),
         namespace=GATE_NAMESPACE,
         toleration=POOL_TOLERATION,
@@ -282,6 +283,34 @@ def test_opa_gate_live_admits_gpu_pod_in_excluded_namespace(
     assert create(api_client, namespace, gpu_pod("train-3", GPU)) is None
 
 
+def _pool_pod(name: str) -> Any:
+    """A CPU pod that tolerates the GPU pool's taint: a pool pod, kept on the scheduler."""
+    pod: Any = gpu_pod(name, CPU)
+    pod.spec.tolerations = [client.V1Toleration(key=POOL_TAINT["key"], operator="Exists")]
+    return pod
+
+
+def test_opa_gate_live_denies_pool_pod_without_scheduler_name(
+    engine: str, api_client: Any, namespaces: Namespaces
+) -> None:
+    outcome = create(api_client, namespaces.gated, _pool_pod("prep-0"))
+    denial = DENIAL[engine].match(outcome or "")
+    assert denial, f"not denied by {engine}: {outcome}"
+    assert denial["message"] == (
+        f'pod "{namespaces.gated}/prep-0" tolerates the GPU pool\'s taint {POOL_TAINT["key"]}'
+        ' but spec.schedulerName is "default-scheduler"; pods that tolerate it must set'
+        f" spec.schedulerName: {SCHEDULER} (one scheduler places every pod on the pool's nodes)"
+    )
+
+
+@pytest.mark.parametrize("excluded", ["own", "kube-system"])
+def test_opa_gate_live_admits_pool_pod_in_excluded_namespace(
+    engine: str, api_client: Any, namespaces: Namespaces, excluded: str
+) -> None:
+    namespace = namespaces.own if excluded == "own" else "kube-system"
+    assert create(api_client, namespace, _pool_pod("prep-1")) is None
+
+
 # ------------------------------------------------------------------ routing
 
 
@@ -326,6 +355,24 @@ def test_opa_gate_live_routing_leaves_cpu_pods_alone(
     pod = admitted(api_client, namespaces.gated, gpu_pod("web-routed", CPU))
     assert pod.spec.scheduler_name == "default-scheduler"
     assert _pool_tolerations(pod) == []
+
+
+def test_opa_gate_live_routing_routes_a_pool_pod(
+    routing: None, api_client: Any, namespaces: Namespaces
+) -> None:
+    pod = admitted(api_client, namespaces.gated, _pool_pod("prep-routed"))
+    assert pod.spec.scheduler_name == SCHEDULER
+    # Its own toleration covers the taint: the gate adds none.
+    assert _pool_tolerations(pod) == [("nvidia.com/gpu", "Exists", None, None)]
+
+
+@pytest.mark.parametrize("excluded", ["own", "kube-system"])
+def test_opa_gate_live_routing_leaves_pool_pods_in_excluded_namespaces_alone(
+    routing: None, api_client: Any, namespaces: Namespaces, excluded: str
+) -> None:
+    namespace = namespaces.own if excluded == "own" else "kube-system"
+    pod = admitted(api_client, namespace, _pool_pod("prep-excluded"))
+    assert pod.spec.scheduler_name == "default-scheduler"
 
 
 def test_opa_gate_live_routing_refuses_another_scheduler(
