@@ -192,6 +192,45 @@ def _nodes_once(nodes: tuple[NodeSettings, ...]) -> tuple[NodeSettings, ...]:
     return nodes
 
 
+# --------------------------------------------------------------------------- cross-section rules
+
+
+def pool_toleration_of(config: StackConfig) -> Problem | None:
+    """Why a GPU pod the gate keeps on the binpack scheduler would never tolerate the pool's
+    taint under `config` (components/opa_gate_settings.py), or None."""
+    names, prefixes = pool_resources(
+        config.scheduler.gpu_resources_with(config.gpu_operator.gpu_resources()),
+        config.extended_resources,
+        config.gpu_pool.nodes,
+        gate_extended_resources=config.admission.gate_extended_resources,
+    )
+    return pool_toleration_problem(
+        engine=config.admission.engine,
+        kubernetes_version=config.kubernetes_version,
+        admission_plugins=(
+            config.control_plane.admission_plugins if config.control_plane.enabled else ()
+        ),
+        taint=config.gpu_pool.taint.as_dict(),
+        names=names,
+        prefixes=prefixes,
+    )
+
+
+def operator_conflict_of(config: StackConfig) -> Problem | None:
+    """Why an operator outside the stack cannot be named under `config`, or None."""
+    monitoring = config.monitoring
+    return operator_conflict_problem(
+        external_namespace=config.admission.external_gpu_operator_namespace,
+        operator_enabled=config.gpu_operator.enabled,
+        operator_namespace=config.gpu_operator.namespace,
+        created_namespaces=(
+            {monitoring.namespace: "monitoring.namespace"}
+            if monitoring.enabled and monitoring.create_namespace
+            else {}
+        ),
+    )
+
+
 # --------------------------------------------------------------------------- the stack
 
 
@@ -289,22 +328,7 @@ class StackConfig(Settings):
     @model_validator(mode="after")
     def _gated_pods_tolerate_the_pool(self) -> Self:
         """Every GPU pod the gate keeps on the binpack scheduler tolerates the pool's taint."""
-        names, prefixes = pool_resources(
-            self.scheduler.gpu_resources_with(self.gpu_operator.gpu_resources()),
-            self.extended_resources,
-            self.gpu_pool.nodes,
-            gate_extended_resources=self.admission.gate_extended_resources,
-        )
-        found = pool_toleration_problem(
-            engine=self.admission.engine,
-            kubernetes_version=self.kubernetes_version,
-            admission_plugins=(
-                self.control_plane.admission_plugins if self.control_plane.enabled else ()
-            ),
-            taint=self.gpu_pool.taint.as_dict(),
-            names=names,
-            prefixes=prefixes,
-        )
+        found = pool_toleration_of(self)
         if found is not None:
             raise problem(found.allowed, key=found.key, value=found.value)
         return self
@@ -312,17 +336,7 @@ class StackConfig(Settings):
     @model_validator(mode="after")
     def _one_gpu_operator(self) -> Self:
         """An operator outside the stack only where the stack installs none."""
-        monitoring = self.monitoring
-        found = operator_conflict_problem(
-            external_namespace=self.admission.external_gpu_operator_namespace,
-            operator_enabled=self.gpu_operator.enabled,
-            operator_namespace=self.gpu_operator.namespace,
-            created_namespaces=(
-                {monitoring.namespace: "monitoring.namespace"}
-                if monitoring.enabled and monitoring.create_namespace
-                else {}
-            ),
-        )
+        found = operator_conflict_of(self)
         if found is not None:
             raise problem(found.allowed, key=found.key, value=found.value)
         return self
