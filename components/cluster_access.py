@@ -198,8 +198,10 @@ def stack_transformation(
             return None
         ref = _object_ref(kind, args.props)
         if ownership is not None and ref is not None:
-            key = _layer_key(args.opts.parent if args.opts else None)
-            ownership.declare(ref, f"{key}.namespace" if ref.is_namespace else key)
+            parent = args.opts.parent if args.opts else None
+            key = _layer_key(parent)
+            settable = ref.is_namespace and getattr(parent, "NAMESPACE_SETTINGS", False)
+            ownership.declare(ref, f"{key}.namespace" if settable else key)
         if kind == HELM_RELEASE:
             return None
         props = {**args.props, "metadata": _forced(args.props.get("metadata"))}
@@ -300,6 +302,9 @@ class ClusterLayer(pulumi.ComponentResource):
 
     CONFIG_SECTION: ClassVar[str]
     """The layer's section of the stack config (what a refusal of one of its objects names)."""
+    NAMESPACE_SETTINGS: ClassVar[bool] = False
+    """Whether the section has `namespace` and `createNamespace` (the ways out a refusal of the
+    layer's namespace names)."""
 
     def __init__(
         self, token: str, name: str, access: ClusterAccess, opts: pulumi.ResourceOptions | None

@@ -62,6 +62,7 @@ class GpuOperator(ClusterLayer):
     """The NVIDIA GPU Operator in its own namespace, tolerating the GPU pool's taint."""
 
     CONFIG_SECTION = "gpuOperator"
+    NAMESPACE_SETTINGS = True
 
     namespace: pulumi.Output[str]
     """The operator's namespace."""

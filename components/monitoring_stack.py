@@ -114,6 +114,7 @@ class MonitoringStack(ClusterLayer):
     """Prometheus, Grafana, the DCGM ServiceMonitor, the GPU dashboard and GPU alerts."""
 
     CONFIG_SECTION = "monitoring"
+    NAMESPACE_SETTINGS = True
 
     namespace: pulumi.Output[str]
     """The stack's namespace."""

@@ -185,7 +185,7 @@ def _ours(live: LiveObject, claim: LiveClaim | None, stack_id: str | None, retak
 
 
 def _ways_out(declared: Declared) -> str:
-    if declared.ref.is_namespace:
+    if declared.ref.is_namespace and declared.key.endswith(".namespace"):
         key = declared.key
         section = key.rpartition(".")[0]
         return (
@@ -194,8 +194,8 @@ def _ways_out(declared: Declared) -> str:
             "leaves it)"
         )
     return (
-        "rename it in the stack config or remove it from the cluster if nobody uses it; the "
-        "stack never takes over an object it did not create"
+        "rename it in the stack config where its name is a setting, or remove it from the "
+        "cluster if nobody uses it; the stack never takes over an object it did not create"
     )
 
 
@@ -217,7 +217,7 @@ def object_problems(
         problems.append(
             Problem(
                 key=item.key,
-                value=item.ref.name if item.ref.is_namespace else str(item.ref),
+                value=item.ref.name if item.key.endswith(".namespace") else str(item.ref),
                 allowed=f"{item.ref} already exists and this stack did not create it (`up` "
                 "would take it over and `destroy` would delete it); " + _ways_out(item),
             )

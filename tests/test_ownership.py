@@ -169,3 +169,20 @@ def test_ownership_an_unreachable_cluster_stops_up_and_names_no_secret() -> None
         run_program("dev", cluster=FakeCluster(unreachable=True))
     assert [p.key for p in refused.value.problems] == ["kubeconfig"]
     assert "connection refused" in str(refused.value)
+
+
+def test_ownership_a_namespace_without_settings_is_named_by_its_layer() -> None:
+    """The gate's namespace is no setting: the refusal names the layer and no key it lacks."""
+    gate = ObjectRef("v1", "Namespace", "", "gpu-admission")
+    (problem,) = object_problems(
+        [Declared(gate, "admission")],
+        [LiveObject(ref=gate, part_of=False)],
+        None,
+        None,
+        retake=False,
+    )
+    assert str(problem).startswith(
+        "gpu-cluster:admission: got 'Namespace gpu-admission'; Namespace gpu-admission already "
+        "exists and this stack did not create it"
+    )
+    assert "createNamespace" not in str(problem)
