@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
+from tools.harness.child_process import ControlPlaneError
 from tools.harness.cluster import PodNetwork
-from tools.harness.controlplane import ControlPlaneError, missing_tools, tools_bin
 from tools.harness.stack import STACK_TOOLS, AppliedStack
+from tools.harness.tools import TOOLS_BIN_ENV, missing_tools, tools_bin
 
 E2E_DIR = Path(__file__).resolve().parent
 
@@ -41,7 +42,10 @@ def require_e2e_tools() -> None:
             pytest.skip(str(exc))
         network.release()
         return
-    message = f"{', '.join(missing)} not built in {tools_bin()}: run `make tools`"
+    message = (
+        f"{', '.join(missing)} not found in {tools_bin()}: run `make tools`"
+        f" or point ${TOOLS_BIN_ENV} at a directory holding them"
+    )
     if os.environ.get("CI") == "true":
         pytest.fail(message, pytrace=False)
     pytest.skip(message)

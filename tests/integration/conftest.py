@@ -22,6 +22,7 @@ import pytest
 
 from tools.harness import (
     CONTROL_PLANE_TOOLS,
+    TOOLS_BIN_ENV,
     LocalControlPlane,
     find_tool,
     free_port,
@@ -44,7 +45,8 @@ def require_tools(*names: str) -> None:
     if not missing:
         return
     message = (
-        f"{', '.join(missing)} not built in {tools_bin()}: run `make tools` (tools/build-tools.sh)"
+        f"{', '.join(missing)} not found in {tools_bin()}: run `make tools` (tools/build-tools.sh)"
+        f" or point ${TOOLS_BIN_ENV} at a directory holding them"
     )
     if os.environ.get("CI") == "true":
         pytest.fail(message, pytrace=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -12,9 +13,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tools.harness import ControlPlaneError, LocalControlPlane
+from tools.harness import ControlPlaneError, LocalControlPlane, ToolVersionError, require_tool
+from tools.harness.processes import process_table
+from tools.harness.tools import PINNED_BY, TOOLS_BIN_ENV, pinned_version, reported_version
 
-K8S_VERSION = "v1.37.2"
+K8S_VERSION = pinned_version("kube-apiserver")
 
 
 def _name(prefix: str) -> str:
@@ -57,7 +60,9 @@ def test_apiserver_reports_pinned_version(
 ) -> None:
     assert control_plane.get("/version")["gitVersion"] == K8S_VERSION
     info = client.VersionApi(api_client).get_code()
-    assert (info.git_version, info.major, info.minor) == (K8S_VERSION, "1", "37")
+    assert K8S_VERSION is not None
+    major, minor = K8S_VERSION.removeprefix("v").split(".")[:2]
+    assert (info.git_version, info.major, info.minor) == (K8S_VERSION, major, minor)
 
 
 def test_kubeconfig_gives_admin_access(control_plane: LocalControlPlane, api_client: Any) -> None:
@@ -181,6 +186,116 @@ def test_startup_failure_reports_logs_and_cleans_up(require_tools: Callable[...,
         _ = cp.workdir
 
 
+def _processes_under(directory: Path) -> list[str]:
+    """Command lines of the processes that name a path under ``directory``."""
+    return [
+        " ".join(p.argv)
+        for p in process_table().values()
+        if any(str(directory) in a for a in p.argv)
+    ]
+
+
+def test_apiserver_failing_to_start_stops_etcd_and_removes_its_data(
+    require_tools: Callable[..., None], tmp_path: Path
+) -> None:
+    require_tools()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cp = LocalControlPlane([f"--secure-port={port}"], startup_timeout=60, base_dir=tmp_path)
+        with pytest.raises(ControlPlaneError) as excinfo:
+            cp.start()
+    message = str(excinfo.value)
+    assert "kube-apiserver exited" in message
+    assert "address already in use" in message
+    assert "lines of kube-apiserver log" in message
+    assert "lines of etcd log" in message
+    assert _processes_under(tmp_path) == []
+    assert list(tmp_path.iterdir()) == []
+    assert cp.pids == {}
+
+
+def test_built_binaries_report_the_pinned_versions(require_tools: Callable[..., None]) -> None:
+    require_tools(*PINNED_BY)
+    for name in PINNED_BY:
+        assert reported_version(require_tool(name)) == pinned_version(name), name
+
+
+def _stand_in(directory: Path, name: str, version_output: str) -> Path:
+    path = directory / name
+    path.write_text(f"#!/bin/sh\necho '{version_output}'\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "version_output", "reported"),
+    [
+        ("kube-apiserver", "Kubernetes v1.36.4", "v1.36.4"),
+        ("kube-scheduler", "Kubernetes v1.38.0", "v1.38.0"),
+        ("etcd", "etcd Version: 3.5.21", "v3.5.21"),
+        ("kubeadm", "v1.35.0", "v1.35.0"),
+    ],
+)
+def test_prebuilt_binary_of_another_release_is_refused(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    version_output: str,
+    reported: str,
+) -> None:
+    _stand_in(tmp_path, name, version_output)
+    monkeypatch.setenv(TOOLS_BIN_ENV, str(tmp_path))
+    with pytest.raises(ToolVersionError) as excinfo:
+        require_tool(name)
+    message = str(excinfo.value)
+    assert f"{name} at {tmp_path / name} is {reported}" in message
+    assert f"pins {pinned_version(name)}" in message
+
+
+def test_prebuilt_binary_without_a_version_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _stand_in(tmp_path, "kube-apiserver", "usage: kube-apiserver [flags]")
+    monkeypatch.setenv(TOOLS_BIN_ENV, str(tmp_path))
+    with pytest.raises(ToolVersionError, match=r"reports no version.*usage: kube-apiserver"):
+        require_tool("kube-apiserver")
+
+
+def test_control_plane_refuses_a_prebuilt_apiserver_of_another_release(
+    require_tools: Callable[..., None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require_tools()
+    prebuilt = tmp_path / "bin"
+    prebuilt.mkdir()
+    etcd = require_tool("etcd")
+    (prebuilt / "etcd").symlink_to(etcd)
+    _stand_in(prebuilt, "kube-apiserver", "Kubernetes v1.36.4")
+    monkeypatch.setenv(TOOLS_BIN_ENV, str(prebuilt))
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(ToolVersionError, match=r"kube-apiserver .* is v1\.36\.4"):
+        LocalControlPlane(base_dir=work).start()
+    assert list(work.iterdir()) == []
+
+
+def test_control_plane_runs_prebuilt_binaries_of_the_pinned_release(
+    require_tools: Callable[..., None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require_tools()
+    prebuilt = tmp_path / "bin"
+    prebuilt.mkdir()
+    for name in ("etcd", "kube-apiserver"):
+        (prebuilt / name).symlink_to(require_tool(name))
+    monkeypatch.setenv(TOOLS_BIN_ENV, str(prebuilt))
+    with LocalControlPlane() as cp:
+        assert cp.get("/version")["gitVersion"] == K8S_VERSION
+        running = _processes_under(prebuilt)
+        assert any(f"{prebuilt / 'etcd'} " in command for command in running)
+        assert any(f"{prebuilt / 'kube-apiserver'} " in command for command in running)
+
+
 def test_harness_child_process_dies_with_the_process_that_started_it(tmp_path: Any) -> None:
     """A harness process outlives no killed test run (setpriv's PR_SET_PDEATHSIG)."""
     import shutil
@@ -193,7 +308,7 @@ def test_harness_child_process_dies_with_the_process_that_started_it(tmp_path: A
     script = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from tools.harness.controlplane import ManagedProcess\n"
+        "from tools.harness.child_process import ManagedProcess\n"
         "p = ManagedProcess('sleep', ['sleep', '120'], Path(sys.argv[1]))\n"
         "p.start()\n"
         "print(p.pid, flush=True)\n"

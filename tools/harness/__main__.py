@@ -9,7 +9,9 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
-from .controlplane import ControlPlaneError, LocalControlPlane, tools_bin
+from .child_process import ControlPlaneError
+from .controlplane import LocalControlPlane
+from .tools import tools_bin
 
 
 def _up(args: argparse.Namespace) -> int:

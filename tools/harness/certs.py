@@ -152,3 +152,86 @@ def write_private(path: Path, data: bytes) -> Path:
     path.chmod(0o600)
     path.write_bytes(data)
     return path
+
+
+@dataclass(frozen=True)
+class ControlPlanePki:
+    """Where a local control plane's certificates and keys are, as kubeadm lays them out."""
+
+    dir: Path
+
+    @property
+    def ca(self) -> Path:
+        return self.dir / "ca.crt"
+
+    @property
+    def apiserver_cert(self) -> Path:
+        return self.dir / "apiserver.crt"
+
+    @property
+    def apiserver_key(self) -> Path:
+        return self.dir / "apiserver.key"
+
+    @property
+    def admin_cert(self) -> Path:
+        return self.dir / "admin.crt"
+
+    @property
+    def admin_key(self) -> Path:
+        return self.dir / "admin.key"
+
+    @property
+    def front_proxy_ca(self) -> Path:
+        return self.dir / "front-proxy-ca.crt"
+
+    @property
+    def front_proxy_client_cert(self) -> Path:
+        return self.dir / "front-proxy-client.crt"
+
+    @property
+    def front_proxy_client_key(self) -> Path:
+        return self.dir / "front-proxy-client.key"
+
+    @property
+    def service_account_key(self) -> Path:
+        return self.dir / "sa.key"
+
+    @property
+    def service_account_public_key(self) -> Path:
+        return self.dir / "sa.pub"
+
+    def write(self, service_ip: str) -> ControlPlanePki:
+        """Fresh CA, API server serving, admin (system:masters), front-proxy and service
+        account keys; ``service_ip`` is the ``kubernetes`` Service's address."""
+        self.dir.mkdir(mode=0o700)
+        ca = CertificateAuthority()
+        self.ca.write_bytes(ca.cert_pem)
+        serving = ca.issue(
+            "kube-apiserver",
+            dns_names=[
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ],
+            ip_addresses=["127.0.0.1", "::1", service_ip],
+            server=True,
+        )
+        self.apiserver_cert.write_bytes(serving.cert_pem)
+        write_private(self.apiserver_key, serving.key_pem)
+        admin = ca.issue("admin", organizations=["system:masters"], client=True)
+        self.admin_cert.write_bytes(admin.cert_pem)
+        write_private(self.admin_key, admin.key_pem)
+        # Aggregation layer / request-header authentication, as kubeadm sets it up
+        # (separate front-proxy CA); also silences "missing content for CA
+        # bundle" errors from components that read extension-apiserver-authentication.
+        front_proxy_ca = CertificateAuthority("gpu-cluster-test-front-proxy-ca")
+        self.front_proxy_ca.write_bytes(front_proxy_ca.cert_pem)
+        front_proxy = front_proxy_ca.issue("front-proxy-client", client=True)
+        self.front_proxy_client_cert.write_bytes(front_proxy.cert_pem)
+        write_private(self.front_proxy_client_key, front_proxy.key_pem)
+        sa_key, sa_pub = service_account_key_pair()
+        write_private(self.service_account_key, sa_key)
+        self.service_account_public_key.write_bytes(sa_pub)
+        return self

@@ -18,26 +18,20 @@ from __future__ import annotations
 import ipaddress
 import random
 import shutil
-import ssl
 import subprocess
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 
-from .controlplane import (
-    CONTROL_PLANE_TOOLS,
-    ControlPlaneError,
-    Lifecycle,
-    LocalControlPlane,
-    ManagedProcess,
-    SchedulerHandle,
-    free_port,
-    require_tool,
-)
+from .child_process import ControlPlaneError, Lifecycle, ManagedProcess, wait_until
+from .controller_manager import ControllerManager
+from .controlplane import LocalControlPlane
 from .fake_nodes import FakeNode
+from .kwok import KWOK_ANNOTATION, KWOK_MANAGED, NODE_LEASE_SECONDS, Kwok, kwok_node_body
+from .scheduler import SchedulerHandle
+from .tools import CONTROL_PLANE_TOOLS, require_tool
 
 CLUSTER_TOOLS = (
     *CONTROL_PLANE_TOOLS,
@@ -46,38 +40,21 @@ CLUSTER_TOOLS = (
     "kwok",
     "kwok-stages.yaml",
 )
-KWOK_ANNOTATION = "kwok.x-k8s.io/node"
-KWOK_MANAGED = "fake"
 # Pod addresses: a /24 of the benchmarking range (RFC 2544, never routed on the internet),
 # made local to this host for the cluster's lifetime. Endpoints may not hold loopback
 # addresses, so 127.0.0.0/8 cannot serve.
 POD_SUPERNET = ipaddress.IPv4Network("198.18.0.0/15")
-NODE_LEASE_SECONDS = 40
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
-
-
-def kwok_node_body(node: FakeNode) -> dict[str, Any]:
-    """A Node as a kubelet would register it, marked for kwok to manage.
-
-    The API server keeps a Node's status on create (a kubelet registers that way); kwok adds
-    the conditions, addresses and heartbeats, and the node lifecycle controller lifts the
-    not-ready taint once the node is Ready.
-    """
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": node.name,
-            "annotations": {KWOK_ANNOTATION: KWOK_MANAGED},
-            "labels": {
-                "kubernetes.io/hostname": node.name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                **node.labels,
-            },
-        },
-        "status": {"capacity": dict(node.capacity), "allocatable": dict(node.capacity)},
-    }
+__all__ = [
+    "CLUSTER_TOOLS",
+    "KWOK_ANNOTATION",
+    "KWOK_MANAGED",
+    "NODE_LEASE_SECONDS",
+    "LocalCluster",
+    "PodNetwork",
+    "kwok_node_body",
+    "node_ready",
+]
 
 
 def node_ready(node: Mapping[str, Any]) -> bool:
@@ -156,23 +133,34 @@ class LocalCluster(Lifecycle):
             base_dir=base_dir,
         )
         self.startup_timeout = startup_timeout
-        self._controller_manager: ManagedProcess | None = None
-        self._kwok: ManagedProcess | None = None
+        self._controller_manager: ControllerManager | None = None
+        self._kwok: Kwok | None = None
         self._scheduler: SchedulerHandle | None = None
         self.pod_network = PodNetwork()
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> LocalCluster:
-        """Start every component; waits until each is healthy. Rolls back on failure."""
+        """Start every component in order; waits until each is healthy. A partial start is
+        rolled back (everything stopped, the control plane's work dir removed)."""
         for tool in CLUSTER_TOOLS:
             require_tool(tool)
         cp = self.control_plane
         try:
             self.pod_network.claim()
             cp.start()
-            self._start_controller_manager()
+            self._controller_manager = ControllerManager(
+                require_tool("kube-controller-manager"), cp.workdir, cp.kubeconfig_path, cp.pki
+            )
+            self._controller_manager.start(self.startup_timeout, watch=[cp.apiserver_process])
             self._scheduler = cp.start_scheduler("", timeout=self.startup_timeout)
-            self._start_kwok()
+            self._kwok = Kwok(
+                require_tool("kwok"),
+                require_tool("kwok-stages.yaml"),
+                cp.workdir,
+                cp.kubeconfig_path,
+                self.pod_network.cidr,
+            )
+            self._kwok.start()
             self._wait_default_service_account()
         except BaseException:
             self.stop()
@@ -181,63 +169,18 @@ class LocalCluster(Lifecycle):
 
     def stop(self) -> None:
         """Stop kwok, the controller manager and the control plane; safe to call twice."""
-        for process in (self._kwok, self._controller_manager):
-            if process is not None:
-                process.stop()
+        for component in (self._kwok, self._controller_manager):
+            if component is not None:
+                component.stop()
         self._kwok = self._controller_manager = self._scheduler = None
         self.control_plane.stop()
         self.pod_network.release()
 
-    # ------------------------------------------------------------- components
-    def _start_controller_manager(self) -> None:
-        cp = self.control_plane
-        pki = cp.pki_dir
-        port = free_port()
-        kubeconfig = str(cp.kubeconfig_path)
-        argv = [
-            str(require_tool("kube-controller-manager")),
-            f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            "--leader-elect=false",
-            # As kubeadm runs it: every controller with its own ServiceAccount's credentials.
-            "--controllers=*",
-            "--use-service-account-credentials=true",
-            f"--root-ca-file={cp.ca_path}",
-            f"--service-account-private-key-file={pki / 'sa.key'}",
-            "--profiling=false",
+    def _processes(self) -> list[ManagedProcess | None]:
+        """kwok's and the controller manager's processes, for waits that depend on them."""
+        return [
+            c.process if c is not None else None for c in (self._kwok, self._controller_manager)
         ]
-        self._controller_manager = ManagedProcess(
-            "kube-controller-manager", argv, cp.workdir / "kube-controller-manager.log"
-        )
-        self._controller_manager.start()
-        cp._wait(
-            "kube-controller-manager",
-            lambda: cp._http_ok(f"https://127.0.0.1:{port}/healthz", _unverified()),
-            [cp._apiserver, self._controller_manager],
-        )
-
-    def _start_kwok(self) -> None:
-        cp = self.control_plane
-        argv = [
-            str(require_tool("kwok")),
-            f"--kubeconfig={cp.kubeconfig_path}",
-            f"--config={require_tool('kwok-stages.yaml')}",
-            "--manage-all-nodes=false",
-            f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}={KWOK_MANAGED}",
-            f"--cidr={self.pod_network.cidr}",
-            "--node-ip=127.0.0.1",
-            f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
-            f"--server-address=127.0.0.1:{free_port()}",
-        ]
-        self._kwok = ManagedProcess("kwok", argv, cp.workdir / "kwok.log")
-        self._kwok.start()
-        # kwok has no readiness endpoint to speak of; it is checked by the first node it runs.
-        time.sleep(0.5)
-        if not self._kwok.running():
-            raise ControlPlaneError(f"kwok exited at start:\n{self._kwok.tail()}")
 
     def _wait_default_service_account(self) -> None:
         """The controller manager works once it has given `default` its ServiceAccount."""
@@ -250,9 +193,7 @@ class LocalCluster(Lifecycle):
                 return False
             return True
 
-        self.control_plane._wait(
-            "the default ServiceAccount", ready, [self._controller_manager], self.startup_timeout
-        )
+        wait_until("the default ServiceAccount", ready, self._processes(), self.startup_timeout)
 
     # ----------------------------------------------------------------- access
     @property
@@ -272,7 +213,7 @@ class LocalCluster(Lifecycle):
     def logs(self) -> dict[str, str]:
         """Last log lines of every process, keyed by process name."""
         logs = self.control_plane.logs()
-        for process in (self._controller_manager, self._kwok):
+        for process in self._processes():
             if process is not None:
                 logs[process.name] = process.tail()
         return logs
@@ -299,17 +240,4 @@ class LocalCluster(Lifecycle):
                     pending.discard(name)
             return not pending
 
-        self.control_plane._wait(
-            f"nodes {sorted(pending)} Ready",
-            ready,
-            [self._kwok, self._controller_manager],
-            timeout,
-        )
-
-
-def _unverified() -> ssl.SSLContext:
-    """A TLS context for a component's own self-signed health endpoint."""
-    insecure = ssl.create_default_context()
-    insecure.check_hostname = False
-    insecure.verify_mode = ssl.CERT_NONE
-    return insecure
+        wait_until(f"nodes {sorted(pending)} Ready", ready, self._processes(), timeout)

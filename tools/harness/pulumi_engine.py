@@ -42,7 +42,7 @@ from components import (
 from components.kubeconfig import CONTEXT_KEY, KUBECONFIG_KEY
 from stack_config import StackConfig, parse_stack_config
 
-from .controlplane import find_tool, require_tool, tools_bin
+from .tools import find_tool, require_tool, tools_bin
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
