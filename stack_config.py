@@ -326,19 +326,12 @@ class StackConfig(Settings):
         )
 
     @model_validator(mode="after")
-    def _gated_pods_tolerate_the_pool(self) -> Self:
-        """Every GPU pod the gate keeps on the binpack scheduler tolerates the pool's taint."""
-        found = pool_toleration_of(self)
-        if found is not None:
-            raise problem(found.allowed, key=found.key, value=found.value)
-        return self
-
-    @model_validator(mode="after")
-    def _one_gpu_operator(self) -> Self:
-        """An operator outside the stack only where the stack installs none."""
-        found = operator_conflict_of(self)
-        if found is not None:
-            raise problem(found.allowed, key=found.key, value=found.value)
+    def _gate_fits_the_stack(self) -> Self:
+        """Every GPU pod the gate keeps on the binpack scheduler tolerates the pool's taint, and
+        an operator outside the stack is named only where the stack installs none."""
+        for found in (pool_toleration_of(self), operator_conflict_of(self)):
+            if found is not None:
+                raise problem(found.allowed, key=found.key, value=found.value)
         return self
 
     @model_validator(mode="after")

@@ -539,7 +539,7 @@ class ReplayCluster:
         pods and a stock kube-scheduler binds them; both stop once every pod is bound, so
         the runs measure the scheduler under test alone.
         """
-        from tools.harness.controlplane import ManagedProcess, free_port, require_tool
+        from tools.harness import ManagedProcess, free_port, require_tool
 
         assert self.api is not None
         api, cp = self.api, self.cp

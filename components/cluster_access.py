@@ -184,7 +184,7 @@ def _layer_key(parent: pulumi.Resource | None) -> str:
 
 
 def stack_transformation(
-    claim: pulumi.Resource, ownership: Ownership | None = None
+    claim: pulumi.Resource, ownership: Ownership
 ) -> Callable[[pulumi.ResourceTransformationArgs], pulumi.ResourceTransformationResult | None]:
     """A stack transformation for every Kubernetes object but `claim`: each is declared to
     `ownership` (checked on the cluster before anything is applied), and applied with force
@@ -197,7 +197,7 @@ def stack_transformation(
         if not kind.startswith("kubernetes:") or args.resource is claim:
             return None
         ref = _object_ref(kind, args.props)
-        if ownership is not None and ref is not None:
+        if ref is not None:
             parent = args.opts.parent if args.opts else None
             key = _layer_key(parent)
             settable = ref.is_namespace and getattr(parent, "NAMESPACE_SETTINGS", False)

@@ -18,7 +18,7 @@ from pydantic import AfterValidator
 
 from components.cluster_access import ClusterAccess
 from components.gpu_resources import DEVICE_PLUGIN_DOMAINS
-from components.kubernetes_names import NodeRef, is_qualified_name
+from components.kubernetes_names import NodeRef, extended_resource_problem
 from components.providers.extended_resource_nodes import ExtendedResourceNodeSet
 from components.providers.node_set import failure_message
 from components.settings import PROJECT, Rule, Runtime, Settings, is_int, problem
@@ -27,19 +27,12 @@ TOKEN = f"{PROJECT}:index:ExtendedResourceNodes"
 
 
 def extended_resource_name_problem(name: str) -> str | None:
-    """Why `name` is not a valid extended resource name to advertise here, or None when it is.
-
-    # Ref: https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/#extended-resources
-    """
-    if name.startswith("requests."):
-        return "must not start with 'requests.'"
-    domain, sep, _ = name.partition("/")
-    if not sep:
-        return "must be 'domain/name', e.g. example.com/dongle"
-    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
-        return "the kubernetes.io domain is reserved for native resources"
-    if not is_qualified_name(name):
-        return "must be a DNS subdomain, '/', then 1-63 alphanumerics, '-', '_' or '.'"
+    """Why `name` is not a valid extended resource name to advertise here, or None when it is:
+    an extended resource name outside the device plugins' domains."""
+    why = extended_resource_problem(name)
+    if why is not None:
+        return why
+    domain = name.partition("/")[0]
     if domain in DEVICE_PLUGIN_DOMAINS:
         return (
             f"{domain} resources belong to a device plugin, which advertises them; "

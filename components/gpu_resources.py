@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from components.kubernetes_names import is_qualified_name
+from components.kubernetes_names import extended_resource_problem
 from components.settings import problem, text
 
 # NICs NVIDIA's Network Operator advertises in the nvidia.com domain, none of them a GPU: the
@@ -107,15 +107,8 @@ def gated_prefixes(prefixes: Iterable[str]) -> list[str]:
 
 
 def is_extended_resource_name(name: str) -> bool:
-    """Kubernetes' rule for an extended resource name: domain/name outside the kubernetes.io
-    domain, not starting with `requests.`, and a qualified name once `requests.` is put in
-    front (how a ResourceQuota names it).
-
-    # Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/pkg/apis/core/helper/helpers.go (IsExtendedResourceName)
-    """
-    if "/" not in name or "kubernetes.io/" in name or name.startswith("requests."):
-        return False
-    return is_qualified_name(f"requests.{name}")
+    """Kubernetes' rule for an extended resource name (kubernetes_names.extended_resource_problem)."""
+    return extended_resource_problem(name) is None
 
 
 def _added_gpu_resource(name: str) -> bool:

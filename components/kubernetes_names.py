@@ -47,6 +47,26 @@ def is_qualified_name(value: str) -> bool:
     return 0 < len(name) <= 63 and _QUALIFIED_NAME_PART.fullmatch(name) is not None
 
 
+def extended_resource_problem(name: str) -> str | None:
+    """Why `name` is not an extended resource name (Kubernetes' IsExtendedResourceName: domain/name
+    outside the kubernetes.io domain, not starting with `requests.`, a qualified name once
+    `requests.` is put in front, as a ResourceQuota names it), or None when it is.
+
+    # Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/pkg/apis/core/helper/helpers.go
+    # Ref: https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/#extended-resources
+    """
+    if name.startswith("requests."):
+        return "must not start with 'requests.'"
+    domain, sep, _ = name.partition("/")
+    if not sep:
+        return "must be 'domain/name', e.g. example.com/dongle"
+    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+        return "the kubernetes.io domain is reserved for native resources"
+    if not is_qualified_name(f"requests.{name}"):
+        return "must be a DNS subdomain, '/', then 1-63 alphanumerics, '-', '_' or '.'"
+    return None
+
+
 def is_label_value(value: str) -> bool:
     return len(value) <= 63 and _LABEL_VALUE.fullmatch(value) is not None
 

@@ -89,6 +89,7 @@ from components.opa_gate_settings import (
     DEFAULT_GATE_NAMESPACE,
     GATE_NAME,
     ROUTING_ENGINE,
+    SECTION,
     OpaGateSettings,
     load_policies,
 )
@@ -134,7 +135,7 @@ class OpaGateArgs(OpaGateSettings):
 class OpaGate(ClusterLayer):
     """Keeps GPU pods on the binpack scheduler, with OPA or a ValidatingAdmissionPolicy."""
 
-    CONFIG_SECTION = "admission"
+    CONFIG_SECTION = SECTION
 
     engine: pulumi.Output[str]
     """The engine in use."""

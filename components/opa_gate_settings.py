@@ -110,7 +110,7 @@ def operator_conflict_problem(
     """
     if not external_namespace:
         return None
-    key = f"{_ADMISSION}.externalGpuOperatorNamespace"
+    key = f"{SECTION}.externalGpuOperatorNamespace"
     if operator_enabled:
         same = " (the same namespace)" if external_namespace == operator_namespace else ""
         return Problem(
@@ -143,7 +143,8 @@ EXTENDED_RESOURCE_TOLERATION = "ExtendedResourceToleration"
 # steers the scheduler away from it.
 # Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/
 BLOCKING_EFFECT = "NoSchedule"
-_ADMISSION = "admission"
+SECTION = "admission"
+"""The gate's section of the stack config (OpaGate.CONFIG_SECTION)."""
 
 
 def pool_resources(
@@ -254,7 +255,7 @@ def pool_toleration_problem(
         "on pool nodes unless admission.gateExtendedResources is false)"
     )
     return Problem(
-        f"{_ADMISSION}.engine",
+        f"{SECTION}.engine",
         engine,
         f"GPU pods asking only for {', '.join(stranded)} would never tolerate the GPU pool's "
         f"taint {key}={taint.get('value', '')}:{effect} and stay Pending: this engine adds no "

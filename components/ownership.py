@@ -34,11 +34,11 @@ from typing import Any
 
 import pulumi
 
+from components.object_meta import PART_OF
 from components.settings import NOT_SHOWN, PROJECT, Problem
 
 HELM_RELEASE_API = "helm.sh/v3"
 HELM_RELEASE_KIND = "Release"
-PART_OF_LABEL = "app.kubernetes.io/part-of"
 READ_TIMEOUT_S = 10
 """How long one read of the check may take."""
 RETAKE_KEY = "retakeClaim"
@@ -334,7 +334,7 @@ class ClusterReader:
             labels = (obj.get("metadata") or {}).get("labels") or {}
             holder = str((obj.get("spec") or {}).get("holderIdentity") or "")
             part_of = (
-                labels.get(PART_OF_LABEL) == PROJECT
+                PART_OF.items() <= labels.items()
                 or ref.is_helm_release
                 # A leader-election Lease its own Deployment's pods took before the stack
                 # declared it (their names start with the Deployment's, which is the Lease's).
@@ -409,17 +409,18 @@ class Ownership:
     used_namespaces: dict[str, str] = field(default_factory=dict)
     """{namespace name: config key} of the namespaces layers use without creating them."""
     declared: list[Declared] = field(default_factory=list)
-    _result: asyncio.Future[str] | None = None
-    _task: asyncio.Future[None] | None = None
-    _sealed: bool = False
+    _result: asyncio.Future[str] = field(init=False, repr=False)
+    _task: asyncio.Future[None] | None = field(default=None, init=False, repr=False)
+    _sealed: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self._result = asyncio.get_event_loop().create_future()
 
     @property
     def verified(self) -> pulumi.Output[str]:
-        if self._result is None:
-            self._result = asyncio.get_event_loop().create_future()
         known: asyncio.Future[bool] = asyncio.get_event_loop().create_future()
-        secret: asyncio.Future[bool] = asyncio.get_event_loop().create_future()
         known.set_result(True)
+        secret: asyncio.Future[bool] = asyncio.get_event_loop().create_future()
         secret.set_result(False)
         return pulumi.Output(set(), self._result, known, secret)
 
@@ -432,10 +433,7 @@ class Ownership:
         """Everything is declared: read the claim and the declared objects on the cluster, and
         write the claim (which everything waits for) only if the stack may go on."""
         self._sealed = True
-        if self._result is None:
-            _ = self.verified
         result = self._result
-        assert result is not None
         refs = [d.ref for d in self.declared]
         record = objects_record(refs)
         try:

@@ -9,6 +9,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from components.cluster_access import (
+    CLAIM_KEY,
+    CLAIM_LABEL_KEY,
+    CLAIM_NAMESPACE,
+    CLAIM_OBJECTS_KEY,
+)
+from components.providers.node_api import IDENTITY_NAME
+from components.settings import PROJECT
+
 # (apiVersion, kind) -> (plural, namespaced) of the kinds the stack declares.
 KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     ("v1", "Namespace"): ("namespaces", False),
@@ -88,19 +97,19 @@ class FakeCluster:
         return self.objects.get(path)
 
 
-MOCK_STACK_ID = "stack-identity-id"
+MOCK_STACK_ID = f"{IDENTITY_NAME}-id"
 """The stack id under tests/conftest.py's mocks (the StackIdentity resource's mocked id)."""
 
 
 def claim_object(stack_id: str = MOCK_STACK_ID, objects: str | None = None) -> dict[str, Any]:
-    """The claim ConfigMap kube-system/gpu-cluster of stack `stack_id`, listing `objects`."""
-    data = {"managed-by-stack": stack_id, "stack": "organization/gpu-cluster/dev"}
+    """The claim ConfigMap of stack `stack_id`, listing `objects`."""
+    data = {CLAIM_KEY: stack_id, CLAIM_LABEL_KEY: f"organization/{PROJECT}/dev"}
     if objects is not None:
-        data["objects"] = objects
+        data[CLAIM_OBJECTS_KEY] = objects
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": "gpu-cluster", "namespace": "kube-system"},
+        "metadata": {"name": PROJECT, "namespace": CLAIM_NAMESPACE},
         "data": data,
     }
 

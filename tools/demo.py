@@ -36,8 +36,8 @@ import yaml
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
-from tools.harness.controlplane import missing_tools
 from tools.harness.stack import STACK_TOOLS, AppliedStack, StackError
+from tools.harness.tools import missing_tools
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

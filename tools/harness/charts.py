@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from components import gpu_operator_settings, monitoring_stack_settings
-from tools.harness.controlplane import require_tool
+from tools.harness.tools import require_tool
 
 MONITORING_CRDS = "monitoring-crds.yaml"
 """The built file of monitoring.coreos.com CRDs (tools/build-tools.sh)."""

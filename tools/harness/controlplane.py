@@ -24,58 +24,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import kubeconfig
-from .apiserver import (
-    KUBERNETES_SERVICE_IP,
-    SERVICE_ACCOUNT_ISSUER,
-    SERVICE_CLUSTER_IP_RANGE,
-    APIServer,
-)
+from .apiserver import KUBERNETES_SERVICE_IP, APIServer
 from .certs import ControlPlanePki
 from .child_process import (
-    LOG_TAIL_LINES,
     ControlPlaneError,
     Lifecycle,
     ManagedProcess,
-    free_port,
     no_proxy_opener,
 )
 from .etcd import Etcd
 from .scheduler import SchedulerHandle, start_scheduler
-from .tools import (
-    CONTROL_PLANE_TOOLS,
-    REPO_ROOT,
-    TOOLS_BIN_ENV,
-    ToolNotFoundError,
-    ToolVersionError,
-    find_tool,
-    missing_tools,
-    require_tool,
-    tools_bin,
-)
+from .tools import require_tool
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-__all__ = [
-    "CONTROL_PLANE_TOOLS",
-    "LOG_TAIL_LINES",
-    "REPO_ROOT",
-    "SERVICE_ACCOUNT_ISSUER",
-    "SERVICE_CLUSTER_IP_RANGE",
-    "TOOLS_BIN_ENV",
-    "ControlPlaneError",
-    "Lifecycle",
-    "LocalControlPlane",
-    "ManagedProcess",
-    "SchedulerHandle",
-    "ToolNotFoundError",
-    "ToolVersionError",
-    "find_tool",
-    "free_port",
-    "missing_tools",
-    "require_tool",
-    "tools_bin",
-]
 
 WORKDIR_PREFIX = "gpu-cluster-cp-"
 OWNER_FILE = "owner.pid"

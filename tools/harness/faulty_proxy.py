@@ -26,7 +26,8 @@ from typing import Any
 import yaml
 
 from tools.harness.certs import CertificateAuthority
-from tools.harness.controlplane import LocalControlPlane, free_port
+from tools.harness.child_process import free_port
+from tools.harness.controlplane import LocalControlPlane
 
 NODE_WRITE = re.compile(r"^/api/v1/nodes/[^/?]+(/status)?(\?.*)?$")
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "host", "content-length"}

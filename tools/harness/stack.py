@@ -27,8 +27,8 @@ from kubernetes import client, dynamic
 from pulumi import automation as auto
 
 from tools.harness.charts import MONITORING_CRDS, chart_overrides
+from tools.harness.child_process import Lifecycle
 from tools.harness.cluster import CLUSTER_TOOLS, LocalCluster
-from tools.harness.controlplane import Lifecycle, require_tool
 from tools.harness.fake_nodes import FakeNode, cpu_node, gpu_node
 from tools.harness.pulumi_engine import (
     COMMAND_RECORD_VARIABLE,
@@ -36,6 +36,7 @@ from tools.harness.pulumi_engine import (
     ProjectStack,
 )
 from tools.harness.pulumi_engine import project_config as stack_config
+from tools.harness.tools import require_tool
 from tools.harness.workloads import PodRuntime
 
 # Everything an applied stack runs: the cluster, kubeadm (its defaults stand for kubeadm's

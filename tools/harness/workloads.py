@@ -26,8 +26,9 @@ from typing import Any
 import yaml
 from kubernetes import client
 
+from tools.harness.child_process import ManagedProcess
 from tools.harness.cluster import LocalCluster
-from tools.harness.controlplane import ManagedProcess, require_tool
+from tools.harness.tools import require_tool
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 TOKEN_SECONDS = 3600
