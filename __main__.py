@@ -19,6 +19,7 @@ from components import (
     BinpackSchedulerArgs,
     ClusterAccess,
     ControlPlaneFeatures,
+    ControlPlaneFeaturesArgs,
     ExtendedResourceNodes,
     ExtendedResourceNodesArgs,
     GpuOperator,
@@ -56,7 +57,7 @@ access = ClusterAccess.create(
 
 extended = ExtendedResourceNodes(
     "extended-resources",
-    ExtendedResourceNodesArgs(nodes=config.extended_resources, access=access),
+    ExtendedResourceNodesArgs.from_settings(config.extended_resources, access=access),
 )
 
 # Before the taint: ExtendedResourceToleration gives pods that request a tainted node's GPU or
@@ -64,7 +65,15 @@ extended = ExtendedResourceNodes(
 # tainted (GPU pods admitted before it would lack it).
 control_plane = None
 if config.control_plane.enabled:
-    control_plane = ControlPlaneFeatures("control-plane", config.control_plane_args(access))
+    control_plane = ControlPlaneFeatures(
+        "control-plane",
+        ControlPlaneFeaturesArgs.from_settings(
+            config.control_plane,
+            access=access,
+            ssh_private_key=config.ssh_private_key,
+            inventory=config.nodes,
+        ),
+    )
 
 # After the extended resources too: both layers write the same Node objects, and one after the
 # other neither layer's writes conflict with the other's.

@@ -20,25 +20,23 @@ from pathlib import Path
 from typing import Annotated, Any, Self
 
 import pulumi
-from pydantic import AfterValidator, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 from pydantic_core import core_schema
 
-from components.binpack_scheduler_settings import BinpackSchedulerSettings
-from components.cluster_access import ClusterAccess
-from components.control_plane_features import ControlPlaneFeaturesArgs
-from components.control_plane_settings import ControlPlaneSettings
-from components.extended_resource_nodes import ExtendedResourceNodesSettings
-from components.gpu_operator_settings import GpuOperatorSettings
+from components.binpack_scheduler.settings import BinpackSchedulerSettings
+from components.control_plane_features.settings import ControlPlaneSettings
+from components.extended_resource_nodes.settings import ExtendedResourceNodesSettings
+from components.gpu_operator.settings import GpuOperatorSettings
+from components.inventory import Inventory
 from components.kubeconfig import (
     KubernetesAccessConfig,
     kubeconfig_content,
     kubeconfig_document,
 )
-from components.kubernetes_names import NODE_NAME, is_host
 from components.kubernetes_version import major_minor
-from components.monitoring_stack_settings import MonitoringStackSettings
-from components.opa_gate import OpaGateArgs
-from components.opa_gate_settings import (
+from components.monitoring_stack.settings import MonitoringStackSettings
+from components.opa_gate.component import OpaGateArgs
+from components.opa_gate.settings import (
     ADMISSION_ENGINES,
     ROUTING_ENGINE,
     ROUTING_MIN_MINOR,
@@ -63,7 +61,7 @@ from components.settings import (
     problem,
     text,
 )
-from components.tainted_gpu_pool import TaintedGpuPoolSettings
+from components.tainted_gpu_pool.settings import TaintedGpuPoolSettings
 
 __all__ = [
     "PROJECT",
@@ -99,10 +97,6 @@ def _kubernetes_version_ok(value: str) -> bool:
 KUBERNETES_VERSION = text(
     _kubernetes_version_ok,
     "expected vMAJOR.MINOR.PATCH with major version 1, e.g. v1.37.2",
-)
-NODE_ADDRESS = text(
-    lambda v: v == "" or is_host(v),
-    "expected a host name or an IP address (no port, scheme or path), e.g. 10.0.0.11",
 )
 
 
@@ -158,46 +152,12 @@ class Kubeconfig(ContextRule):
 # --------------------------------------------------------------------------- sections
 
 
-class NodeSettings(Settings):
-    """One node of the inventory."""
-
-    name: Annotated[str, NODE_NAME]
-    """The Kubernetes Node name."""
-    address: Annotated[str, NODE_ADDRESS] = ""
-    """Host name or IP address SSH connects to (layers that edit host files need one)."""
-    previous_names: tuple[Annotated[str, NODE_NAME], ...] = ()
-    """Names this host had in the inventory before a rename: its SSH commands carry over
-    (Pulumi aliases) instead of being deleted on the old name and created on the new."""
-
-
-def _nodes_once(nodes: tuple[NodeSettings, ...]) -> tuple[NodeSettings, ...]:
-    seen: set[str] = set()
-    for i, node in enumerate(nodes):
-        if node.name in seen:
-            raise problem(
-                "each node may be listed once; it is listed twice",
-                at=f"[{i}].name",
-                value=node.name,
-            )
-        seen.add(node.name)
-    for i, node in enumerate(nodes):
-        for j, old in enumerate(node.previous_names):
-            if old in seen:
-                raise problem(
-                    "a previous name must not be a node of the inventory (its commands would "
-                    "be claimed twice)",
-                    at=f"[{i}].previousNames[{j}]",
-                    value=old,
-                )
-    return nodes
-
-
 # --------------------------------------------------------------------------- cross-section rules
 
 
 def pool_toleration_of(config: StackConfig) -> Problem | None:
     """Why a GPU pod the gate keeps on the binpack scheduler would never tolerate the pool's
-    taint under `config` (components/opa_gate_settings.py), or None."""
+    taint under `config` (components/opa_gate/settings.py), or None."""
     names, prefixes = pool_resources(
         config.scheduler.gpu_resources_with(config.gpu_operator.gpu_resources()),
         config.extended_resources,
@@ -247,7 +207,7 @@ class StackConfig(Settings):
     and which feature gates exist. Tested: v1.35-v1.37; others load with a warning. Compared
     with the live API server's /version when it can be reached: newer is refused, more than
     one minor older is a warning (version skew policy)."""
-    nodes: Annotated[tuple[NodeSettings, ...], AfterValidator(_nodes_once)] = ()
+    nodes: Inventory = ()
     """Inventory of the nodes this stack touches: a list of {name, address}. Every node named
     elsewhere in the config must be listed here."""
     gpu_pool: TaintedGpuPoolSettings = Field(default_factory=TaintedGpuPoolSettings)
@@ -383,15 +343,6 @@ class StackConfig(Settings):
                 if count == 0
             )
         return tuple(found)
-
-    def control_plane_args(self, access: ClusterAccess) -> ControlPlaneFeaturesArgs:
-        """ControlPlaneFeatures' inputs: controlPlane with hosts resolved to their addresses."""
-        return self.control_plane.args(
-            access=access,
-            ssh_private_key=self.ssh_private_key,
-            addresses={node.name: node.address for node in self.nodes},
-            previous_names={node.name: node.previous_names for node in self.nodes},
-        )
 
 
 # --------------------------------------------------------------------------- entry points

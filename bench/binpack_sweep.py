@@ -26,8 +26,8 @@ from bench import SCHEDULER_DEFAULTS, write_rows
 from bench.openb_trace import add_trace_arguments, load_trace
 from bench.replay_cluster import BENCH_IMAGE, ReplayCluster
 from bench.replay_results import CSV_FIELDS, Metrics, csv_row
-from components.binpack_scheduler_manifests import FRAGMENTATION_PLUGIN
-from components.binpack_scheduler_settings import FRAGMENTATION
+from components.binpack_scheduler.manifests import FRAGMENTATION_PLUGIN
+from components.binpack_scheduler.settings import FRAGMENTATION
 from stack_config import SchedulerConfig
 
 DEFAULT_CSV = SCHEDULER_DEFAULTS / "sweep.csv"

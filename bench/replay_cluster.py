@@ -33,9 +33,9 @@ from bench.replay_results import (
     attempt_quantile,
     compute_metrics,
 )
-from components.binpack_scheduler_manifests import render_config
-from components.binpack_scheduler_settings import FRAGMENTATION
-from components.tainted_gpu_pool import Taint
+from components.binpack_scheduler.manifests import render_config
+from components.binpack_scheduler.settings import FRAGMENTATION
+from components.tainted_gpu_pool.settings import Taint
 from stack_config import SchedulerConfig
 
 NODE_PODS = 110

@@ -49,7 +49,7 @@ from components import (
     TaintedGpuPool,
     TaintedGpuPoolArgs,
 )
-from components.tainted_gpu_pool import Taint
+from components.tainted_gpu_pool.settings import Taint
 from tools.harness import LocalControlPlane
 from tools.harness.fake_nodes import create_nodes, gpu_node
 from tools.harness.processes import descendants, process_table, rss_mib

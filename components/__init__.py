@@ -1,20 +1,24 @@
 """The layers of gpu-cluster, one ComponentResource per module."""
 
-from components.binpack_scheduler import BinpackScheduler, BinpackSchedulerArgs
-from components.binpack_scheduler_settings import ResourceWeight, SchedulerProfile, ShapePoint
+from components.binpack_scheduler.component import BinpackScheduler, BinpackSchedulerArgs
+from components.binpack_scheduler.settings import ResourceWeight, SchedulerProfile, ShapePoint
 from components.cluster_access import ClusterAccess
-from components.control_plane_features import (
+from components.control_plane_features.component import (
     ControlPlaneFeatures,
     ControlPlaneFeaturesArgs,
     RemoteHost,
     SshAccess,
 )
-from components.extended_resource_nodes import ExtendedResourceNodes, ExtendedResourceNodesArgs
-from components.gpu_operator import GpuOperator, GpuOperatorArgs
-from components.gpu_operator_settings import DcgmTarget, TimeSlicing
-from components.monitoring_stack import MonitoringStack, MonitoringStackArgs
-from components.opa_gate import OpaGate, OpaGateArgs
-from components.tainted_gpu_pool import Taint, TaintedGpuPool, TaintedGpuPoolArgs
+from components.extended_resource_nodes.component import (
+    ExtendedResourceNodes,
+    ExtendedResourceNodesArgs,
+)
+from components.gpu_operator.component import GpuOperator, GpuOperatorArgs
+from components.gpu_operator.settings import DcgmTarget, TimeSlicing
+from components.monitoring_stack.component import MonitoringStack, MonitoringStackArgs
+from components.opa_gate.component import OpaGate, OpaGateArgs
+from components.tainted_gpu_pool.component import TaintedGpuPool, TaintedGpuPoolArgs
+from components.tainted_gpu_pool.settings import Taint
 
 __all__ = [
     "BinpackScheduler",

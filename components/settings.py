@@ -181,10 +181,11 @@ class Settings(BaseModel):
         return data
 
     @classmethod
-    def from_settings(cls, settings: Settings, **inputs: Any) -> Self:
+    def from_settings(cls, settings: Any, **inputs: Any) -> Self:
         """This Args class from a settings object of its base class plus the runtime inputs."""
-        if not isinstance(settings, cls.__mro__[1]):
-            raise TypeError(f"{cls.__name__} takes {cls.__mro__[1].__name__}, got {settings!r}")
+        base = cls.__mro__[1]
+        if not (isinstance(settings, Settings) and isinstance(settings, base)):
+            raise TypeError(f"{cls.__name__} takes {base.__name__}, got {settings!r}")
         fields = {name: getattr(settings, name) for name in type(settings).model_fields}
         return cls.model_validate({**fields, **inputs})
 

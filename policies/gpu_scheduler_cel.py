@@ -1,9 +1,9 @@
 """gpu_scheduler.rego's rules in CEL, for the native engines (beside the Rego they mirror).
 
-components/opa_gate_manifests.py wraps these expressions into the ValidatingAdmissionPolicy,
+components/opa_gate/manifests.py wraps these expressions into the ValidatingAdmissionPolicy,
 the MutatingAdmissionPolicy that routes GPU pods, and the webhook's match condition; the gate
 data (gate_data(): scheduler name, gated resource names and prefixes, the GPU Operator's own
-pods) is written in as literals. tests/fixtures/gate_samples.yaml holds the sample pods both
+pods) is written in as literals. policies/samples.yaml holds the sample pods both
 engines must judge alike (tests/integration/test_opa_gate_live.py runs them).
 
 Rule by rule, against policies/gpu_scheduler.rego:

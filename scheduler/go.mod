@@ -3,7 +3,7 @@
 // module; every staging module it requires at v0.0.0 is pinned below to the
 // published release of the same version, since replace directives only apply in
 // the main module. The version is the one tools/go/kubernetes builds
-// (tests/test_scheduler_module.py checks they agree).
+// (tests/binpack_scheduler/test_go_module.py checks they agree).
 module gpu-cluster/scheduler
 
 go 1.26.0

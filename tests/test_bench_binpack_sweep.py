@@ -10,7 +10,7 @@ from bench.binpack_sweep import POINTS, best, format_table, knobs, pareto, write
 from bench.derive_trace import derive, more_multi_gpu, scale_row
 from bench.openb_trace import TraceNode, read_pods
 from bench.replay_results import Metrics
-from components.binpack_scheduler_manifests import render_config
+from components.binpack_scheduler.manifests import render_config
 
 
 def _metrics(label: str, first: float | None, final: float, large: int = 0) -> Metrics:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.opa_gate_manifests import GATE_CONFIG_FILE, GATE_CONFIGMAP
+from components.opa_gate.manifests import GATE_CONFIG_FILE, GATE_CONFIGMAP
 from policies.gpu_scheduler_cel import literal
 from tests.conftest import Recording, run_program
 from tools.harness.pulumi_engine import project_config

@@ -6,11 +6,11 @@ from typing import Any, cast
 
 import pytest
 
-from components.binpack_scheduler import BinpackSchedulerArgs
-from components.binpack_scheduler_settings import BinpackSchedulerSettings
+from components.binpack_scheduler.component import BinpackSchedulerArgs
+from components.binpack_scheduler.settings import BinpackSchedulerSettings
 from components.kubernetes_names import is_host, is_qualified_name
-from components.opa_gate_settings import OpaGateSettings
-from components.tainted_gpu_pool import TaintedGpuPoolArgs
+from components.opa_gate.settings import OpaGateSettings
+from components.tainted_gpu_pool.component import TaintedGpuPoolArgs
 from stack_config import ConfigError, parse_stack_config
 
 ACCESS = cast(Any, object())  # runtime inputs pass through unvalidated

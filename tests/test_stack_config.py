@@ -9,6 +9,7 @@ from typing import Any
 import pulumi
 import pytest
 
+from components.control_plane_features.component import ControlPlaneFeaturesArgs
 from stack_config import ConfigError, StackConfig, decode_raw_config, parse_stack_config
 from tests.conftest import component_access, stack_config
 
@@ -428,7 +429,12 @@ def test_config_control_plane_key_is_a_pulumi_secret_output() -> None:
         }
     )
     access = component_access()
-    cp = config.control_plane_args(access)
+    cp = ControlPlaneFeaturesArgs.from_settings(
+        config.control_plane,
+        access=access,
+        ssh_private_key=config.ssh_private_key,
+        inventory=config.nodes,
+    )
     assert [(h.name, h.address) for h in cp.control_plane_hosts] == [("cp-1", "10.0.0.11")]
     assert isinstance(cp.ssh.private_key, pulumi.Output)
     assert _CP_KEY not in repr(config)

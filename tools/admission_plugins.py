@@ -1,4 +1,4 @@
-"""Write components/admission-plugins.yaml from a kube-apiserver binary's own `--help`.
+"""Write components/control_plane_features/admission-plugins.yaml from a kube-apiserver binary's own `--help`.
 
     python -m tools.admission_plugins [--apiserver PATH] [--check]
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from components.admission_plugins import ADMISSION_PLUGINS_FILE
+from components.control_plane_features.admission_plugins import ADMISSION_PLUGINS_FILE
 from tools.harness import require_tool
 
 HEADER = (

@@ -1,4 +1,4 @@
-"""Write components/feature_gates.json: every feature gate Kubernetes knows, with the minor
+"""Write components/control_plane_features/feature_gates.json: every feature gate Kubernetes knows, with the minor
 version it first appears in, read from the Kubernetes sources in the Go module cache.
 
     python -m tools.feature_gates [--version v1.37.2] [--gomodcache DIR]
@@ -7,7 +7,7 @@ kube-apiserver and the kubelet register the gates of k8s.io/kubernetes/pkg/featu
 adds those of k8s.io/apiserver, apiextensions-apiserver, controller-manager and client-go) and of
 k8s.io/component-base (logs, metrics, zpages). Each gate has versioned specs
 `{Version: version.MustParse("1.x"), ...}`; the first one is when the gate appeared. Gates removed
-before `--version` are not in its sources; components/feature_gates.py says how that is handled.
+before `--version` are not in its sources; components/control_plane_features/feature_gates.py says how that is handled.
 """
 
 from __future__ import annotations

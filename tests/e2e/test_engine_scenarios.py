@@ -19,8 +19,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from components import gpu_operator_settings
 from components.cluster_access import CLAIM_KEY, HELM_RELEASE
+from components.gpu_operator import settings as gpu_operator_settings
 from tools.harness.charts import (
     GPU_OPERATOR,
     KUBE_PROMETHEUS_STACK,

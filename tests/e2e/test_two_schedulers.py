@@ -46,7 +46,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 
-from components.opa_gate_settings import ROUTING_ENGINE
+from components.opa_gate.settings import ROUTING_ENGINE
 from tools.harness import free_port
 from tools.harness.certs import CertificateAuthority, write_private
 from tools.harness.stack import AppliedStack

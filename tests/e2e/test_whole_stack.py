@@ -22,14 +22,14 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from components.opa_gate_settings import DEFAULT_GATE_NAMESPACE
+from components.opa_gate.settings import DEFAULT_GATE_NAMESPACE
 from tools.harness.charts import release_values
 from tools.harness.pulumi_engine import project_config as stack_config
 from tools.harness.stack import AppliedStack, StackError
 
 from .conftest import apply_stack, require_e2e_tools
 
-# The engine that routes GPU pods (components/opa_gate_settings.py), and what both native engines and
+# The engine that routes GPU pods (components/opa_gate/settings.py), and what both native engines and
 # the webhook are named by.
 ROUTING_ENGINE = "mutating-admission-policy"
 GATE_NAME = "gpu-scheduler-gate"

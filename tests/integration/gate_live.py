@@ -30,7 +30,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from components.opa_gate_manifests import (
+from components.opa_gate.manifests import (
     GATE_CONFIG_FILE,
     admission_policy_binding_spec,
     admission_policy_spec,
@@ -40,7 +40,7 @@ from components.opa_gate_manifests import (
     routing_policy_spec,
     webhook_spec,
 )
-from components.opa_gate_settings import GATE_NAME, ROUTING_ENGINE, WEBHOOK_NAME, load_policies
+from components.opa_gate.settings import GATE_NAME, ROUTING_ENGINE, WEBHOOK_NAME, load_policies
 from tests.integration.conftest import built_tool
 from tools.harness import LocalControlPlane, ManagedProcess, free_port
 from tools.harness.certs import CertificateAuthority, write_private

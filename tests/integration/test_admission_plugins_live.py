@@ -1,10 +1,10 @@
-"""components/admission-plugins.yaml is what the built kube-apiserver says, not a stale copy."""
+"""components/control_plane_features/admission-plugins.yaml is what the built kube-apiserver says, not a stale copy."""
 
 from __future__ import annotations
 
 import yaml
 
-from components.admission_plugins import ADMISSION_PLUGINS_FILE
+from components.control_plane_features.admission_plugins import ADMISSION_PLUGINS_FILE
 from tests.integration.conftest import built_tool
 from tools.admission_plugins import binary_facts, main
 

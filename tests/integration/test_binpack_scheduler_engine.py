@@ -25,7 +25,7 @@ from kubernetes import client
 from pulumi import automation as auto
 
 from components import BinpackScheduler, BinpackSchedulerArgs, ClusterAccess
-from components.binpack_scheduler_manifests import labels
+from components.binpack_scheduler.manifests import labels
 from tests.integration.conftest import require_tools
 from tools.harness.cluster import CLUSTER_TOOLS, LocalCluster
 from tools.harness.fake_nodes import GPU_RESOURCE, gpu_node

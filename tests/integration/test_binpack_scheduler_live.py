@@ -26,9 +26,9 @@ import pytest
 import yaml
 
 from components import BinpackScheduler, BinpackSchedulerArgs
-from components.binpack_scheduler_manifests import FRAGMENTATION_PLUGIN, render_config
-from components.binpack_scheduler_settings import FRAGMENTATION, SchedulerProfile
-from components.tainted_gpu_pool import Taint
+from components.binpack_scheduler.manifests import FRAGMENTATION_PLUGIN, render_config
+from components.binpack_scheduler.settings import FRAGMENTATION, SchedulerProfile
+from components.tainted_gpu_pool.settings import Taint
 from stack_config import SchedulerConfig
 from tests.integration.conftest import require_tools
 from tools.harness import ControlPlaneError, LocalControlPlane, SchedulerHandle

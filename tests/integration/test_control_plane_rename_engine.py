@@ -27,7 +27,7 @@ from pulumi import automation as auto
 
 from components import ControlPlaneFeatures, ControlPlaneFeaturesArgs, RemoteHost, SshAccess
 from components.cluster_access import ClusterAccess
-from components.providers.kubeadm_config import ANNOTATION_PREFIX, LABEL_PREFIX
+from components.control_plane_features.provider import ANNOTATION_PREFIX, LABEL_PREFIX
 from tests.fake_kubeadm_host import FakeHost, kubelet_config
 from tests.integration.conftest import SSHD, Sshd, require_tools
 from tests.integration.test_kubeadm_config_live import CLUSTER_CONFIGURATION

@@ -5,7 +5,7 @@ An OpenSSH sshd (Debian's openssh-server; `.ci/run` installs it when missing) li
 StrictHostKeyChecking=yes and a known_hosts holding only the key from the stack's
 `hostKeys`, the way pulumi-command is given `connection.hostKey`. The command strings
 ControlPlaneFeatures registered run in the order of the chain, each as the remote shell's
-command, on the `FakeHost` of tests/test_control_plane_features.py (kubeadm, systemctl and
+command, on the `FakeHost` of tests/control_plane_features/test_component.py (kubeadm, systemctl and
 curl are recording stand-ins: the phases need a kubelet). pulumi-command itself is not run:
 its plugin cannot be built here (tools/README.md).
 """
@@ -15,9 +15,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from tests.control_plane_features.test_component import registered_commands
 from tests.fake_kubeadm_host import FakeHost
 from tests.integration.conftest import Sshd
-from tests.test_control_plane_features import registered_commands
 
 
 def test_control_plane_ssh_live_chain_runs_over_ssh_with_the_pinned_host_key(

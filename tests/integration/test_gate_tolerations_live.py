@@ -22,14 +22,14 @@ from typing import Any
 
 import pytest
 
-from components.opa_gate_manifests import gate_data
-from components.opa_gate_settings import (
+from components.opa_gate.manifests import gate_data
+from components.opa_gate.settings import (
     ADMISSION_ENGINES,
     EXTENDED_RESOURCE_TOLERATION,
     ROUTING_ENGINE,
     untolerated_pool_resources,
 )
-from components.tainted_gpu_pool import Taint
+from components.tainted_gpu_pool.settings import Taint
 from tests.integration.conftest import require_tools
 from tests.integration.gate_live import (
     Gate,

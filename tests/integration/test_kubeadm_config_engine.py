@@ -23,7 +23,11 @@ import yaml
 from kubernetes import client
 from pulumi import automation as auto
 
-from components.providers.kubeadm_config import ANNOTATION_PREFIX, LABEL_PREFIX, KubeadmConfig
+from components.control_plane_features.provider import (
+    ANNOTATION_PREFIX,
+    LABEL_PREFIX,
+    KubeadmConfig,
+)
 from components.providers.node_api import stack_identity, stack_label
 from tests.integration.conftest import require_tools
 from tests.integration.test_kubeadm_config_live import CLUSTER_CONFIGURATION

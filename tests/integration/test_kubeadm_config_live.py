@@ -15,7 +15,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from components.providers.kubeadm_config import (
+from components.control_plane_features.provider import (
     ConfigMapApi,
     KubeadmConfigProvider,
     KubeConfigMapApi,

@@ -7,7 +7,7 @@
    toleration to a pod requesting `example.com/dongle`. After destroy the rendering has only
    the original plugins, and that API server adds no toleration. Only those two flags: the
    others point at kubeadm's certificates and etcd, which the harness supplies its own way.
-2. The host commands (components/hostscripts/kubeadm.sh) with the real kubeadm, which reads
+2. The host commands (components/control_plane_features/hostscripts/kubeadm.sh) with the real kubeadm, which reads
    the cluster (the harness, with the objects kubeadm looks up for a control-plane node) and a
    host root in a temporary directory (`--rootfs`, which needs root); `FakeKubelet` keeps the
    mirror pods a kubelet would. The check runs on kubeadm's own
@@ -41,11 +41,11 @@ import pytest
 import yaml
 from kubernetes import client
 
-from components.providers.kubeadm_config import KubeadmConfigProvider
+from components.control_plane_features.provider import KubeadmConfigProvider
+from tests.control_plane_features.test_component import STACK_ID, registered_commands
 from tests.fake_kubeadm_host import COMPONENTS, FakeHost
 from tests.fake_node_api import stack_config_request
 from tests.integration.conftest import built_tool
-from tests.test_control_plane_features import STACK_ID, registered_commands
 from tools.harness import LocalControlPlane
 
 RESOURCE = "example.com/dongle"

@@ -26,8 +26,9 @@ import pytest
 from kubernetes import client
 from pulumi import automation as auto
 
-from components.providers import extended_resource_nodes, pool_nodes
+from components.extended_resource_nodes import provider as extended_resource_nodes
 from components.providers.node_api import stack_label
+from components.tainted_gpu_pool import provider as pool_nodes
 from stack_config import StackConfig
 from tests.integration.conftest import require_tools
 from tools.harness import CONTROL_PLANE_TOOLS, LocalControlPlane

@@ -14,13 +14,13 @@ from typing import Any, TypeVar
 import pytest
 from kubernetes import client
 
+from components.extended_resource_nodes.provider import ExtendedResourceNodesProvider
 from components.providers import node_api
-from components.providers.extended_resource_nodes import ExtendedResourceNodesProvider
 from components.providers.node_api import (
     KubeNodeApi,
     NodeApiError,
 )
-from components.providers.pool_nodes import GpuPoolNodesProvider
+from components.tainted_gpu_pool.provider import GpuPoolNodesProvider
 from tests.fake_node_api import stack_config_request
 from tools.harness import LocalControlPlane
 

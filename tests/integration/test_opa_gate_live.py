@@ -26,16 +26,15 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from components.gpu_operator_settings import GpuOperatorSettings, OperatorPods
-from components.opa_gate_manifests import (
+from components.gpu_operator.settings import GpuOperatorSettings, OperatorPods
+from components.opa_gate.manifests import (
     OPA_PRIORITY_CLASS,
     gate_data,
     opa_affinity,
     opa_disruption_budget,
 )
-from components.opa_gate_settings import GATE_NAME, OpaGateSettings
-from components.tainted_gpu_pool import Taint
-from tests.gate_samples import Identity, Sample, load_samples
+from components.opa_gate.settings import GATE_NAME, OpaGateSettings
+from components.tainted_gpu_pool.settings import Taint
 from tests.integration.gate_live import (
     CPU,
     DENIAL,
@@ -55,6 +54,7 @@ from tests.integration.gate_live import (
     tolerates,
     wait_for,
 )
+from tests.opa_gate.gate_samples import Identity, Sample, load_samples
 from tools.harness import LocalControlPlane
 
 # The table of sample pods and the gate data it is written for.
@@ -632,7 +632,7 @@ def test_opa_gate_live_engines_reach_the_sample_tables_verdicts(
     tmp_path: Path,
     source: str,
 ) -> None:
-    """tests/fixtures/gate_samples.yaml: every engine, every sample, one verdict each, with the
+    """policies/samples.yaml: every engine, every sample, one verdict each, with the
     operator the stack installs and with one installed outside it."""
     with opa_serving(tmp_path / "opa", GATES[source].config) as opa:
         wrong = [

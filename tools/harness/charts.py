@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from components import gpu_operator_settings, monitoring_stack_settings
+from components.gpu_operator import settings as gpu_operator_settings
+from components.monitoring_stack import settings as monitoring_stack_settings
 from tools.harness.tools import require_tool
 
 MONITORING_CRDS = "monitoring-crds.yaml"

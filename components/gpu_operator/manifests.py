@@ -1,0 +1,118 @@
+"""The GPU Operator's objects as data: its namespace, the time-slicing ConfigMap, the chart values.
+
+Pure functions, settings in, plain dicts out; components/gpu_operator/component.py turns them into
+resources. Why the values look the way they do (the toolkit, CDI, the ServiceMonitor left to
+MonitoringStack): that module's docstring.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from components.gpu_operator.settings import (
+    ENVVAR_WHEN_UNPRIVILEGED,
+    GpuOperatorSettings,
+    MigStrategy,
+    TimeSlicing,
+)
+from components.object_meta import PART_OF, object_meta
+
+# The name the device plugin's time-slicing config is stored under in the ConfigMap.
+TIME_SLICING_KEY = "any"
+TIME_SLICING_CONFIG_MAP = "time-slicing-config"
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` with `override` merged in: objects merge key by key, anything else replaces."""
+    merged = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        current = merged.get(key)
+        if isinstance(current, Mapping) and isinstance(value, Mapping):
+            merged[key] = deep_merge(current, value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def operator_namespace(name: str) -> dict[str, Any]:
+    """The operator's Namespace, labelled for privileged pods.
+
+    Operands (driver, toolkit, device plugin) run privileged and mount host paths.
+    # Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/getting-started.html
+    """
+    labels = {**PART_OF, "pod-security.kubernetes.io/enforce": "privileged"}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": object_meta(name, labels=labels)}
+
+
+def time_slicing_config(time_slicing: TimeSlicing, mig_strategy: MigStrategy) -> dict[str, Any]:
+    """The device plugin's config document for time-slicing."""
+    return {
+        "version": "v1",
+        "flags": {"migStrategy": mig_strategy},
+        "sharing": {
+            "timeSlicing": {
+                "renameByDefault": time_slicing.rename_by_default,
+                "resources": [{"name": "nvidia.com/gpu", "replicas": time_slicing.replicas}],
+            }
+        },
+    }
+
+
+def time_slicing_config_map(
+    time_slicing: TimeSlicing, mig_strategy: MigStrategy, namespace: object
+) -> dict[str, Any]:
+    """The ConfigMap the device plugin is pointed at, its document under TIME_SLICING_KEY."""
+    document = yaml.safe_dump(time_slicing_config(time_slicing, mig_strategy), sort_keys=False)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": object_meta(TIME_SLICING_CONFIG_MAP, namespace),
+        "data": {TIME_SLICING_KEY: document},
+    }
+
+
+def operator_values(
+    settings: GpuOperatorSettings,
+    toleration: Mapping[str, str],
+    device_plugin_config: str | None,
+) -> dict[str, Any]:
+    """The chart values: typed settings, then `settings.values` deep-merged over them."""
+    tolerations = [dict(toleration)]
+    device_plugin: dict[str, Any] = {"enabled": True}
+    if device_plugin_config is not None:
+        device_plugin["config"] = {
+            "create": False,
+            "name": device_plugin_config,
+            "default": TIME_SLICING_KEY,
+        }
+    # No GPU through NVIDIA_VISIBLE_DEVICES in an unprivileged container (gpu_operator.py);
+    # an explicit toolkit.env entry of the same name wins.
+    toolkit_env = {ENVVAR_WHEN_UNPRIVILEGED: "false", **settings.toolkit.env}
+    typed: dict[str, Any] = {
+        "operator": {"upgradeCRD": settings.operator.upgrade_crd},
+        # Every operand daemonset runs on the GPU nodes, so it tolerates their taint.
+        "daemonsets": {"tolerations": tolerations},
+        "driver": {"enabled": settings.driver.enabled},
+        "toolkit": {
+            "enabled": settings.toolkit.enabled,
+            "env": [{"name": k, "value": v} for k, v in toolkit_env.items()],
+        },
+        # CDI device list strategies (cdi-annotations, cdi-cri) for the device plugin: requested
+        # GPUs reach their container without the variable the toolkit now ignores.
+        "cdi": {"enabled": True},
+        "devicePlugin": device_plugin,
+        "mig": {"strategy": settings.mig.strategy},
+        "migManager": {"enabled": settings.mig_manager.enabled},
+        # The ServiceMonitor for dcgm-exporter belongs to MonitoringStack (monitoring_stack.py).
+        "dcgmExporter": {
+            "enabled": settings.dcgm_exporter.enabled,
+            "serviceMonitor": {"enabled": False},
+        },
+        "nfd": {"enabled": settings.nfd.enabled},
+        "node-feature-discovery": {"worker": {"tolerations": tolerations}},
+    }
+    return deep_merge(typed, settings.values)

@@ -1,0 +1,280 @@
+"""The GPU Operator's settings: the stack config's gpuOperator, its rules and defaults.
+
+GpuOperatorSettings and its parts (driver, toolkit, device plugin and time-slicing, MIG, the
+operator's own options), the pinned chart, what the device plugin advertises (gpu_resources())
+and which pods are the operator's own (OperatorPods, for the admission gate). Why the toolkit
+ignores NVIDIA_VISIBLE_DEVICES in unprivileged containers: components/gpu_operator/component.py.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, get_args
+
+from pydantic import Field, ValidationInfo, model_validator
+
+from components.charts import HELM_REPOSITORY, chart_version, free_values
+from components.gpu_resources import MIG_PREFIX, SHARED_GPU, WHOLE_GPU, GpuResources
+from components.kubernetes_names import NAMESPACE
+from components.settings import BOOL, Rule, Settings, between, choice, context_value, problem
+
+if TYPE_CHECKING:
+    import pulumi
+
+MigStrategy = Literal["none", "single", "mixed"]
+MIG_STRATEGIES: tuple[MigStrategy, ...] = get_args(MigStrategy)
+
+DEFAULT_REPOSITORY = "https://helm.ngc.nvidia.com/nvidia"
+DEFAULT_VERSION = "v26.3.3"
+# What the operator's dcgm-exporter Service looks like (ClusterPolicy defaults).
+# Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-telemetry/latest/kube-prometheus.html
+DCGM_SERVICE_SELECTOR: Mapping[str, str] = {"app": "nvidia-dcgm-exporter"}
+DCGM_PORT_NAME = "gpu-metrics"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+ENV_NAME = Rule(
+    "expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
+    lambda v: isinstance(v, str) and _ENV_NAME.fullmatch(v) is not None,
+)
+# YAML numbers and booleans are written as the strings the container sees.
+ENV_VALUE = Rule(
+    "expected a string (numbers and booleans become strings)",
+    lambda v: isinstance(v, str | int | float),
+    lambda v: ("true" if v else "false") if isinstance(v, bool) else str(v),
+)
+
+
+def chart_minor(version: str) -> tuple[int, int]:
+    """(major, minor) of a chart version such as v26.3.3."""
+    major, minor, _ = version.removeprefix("v").split(".", 2)
+    return int(major), int(minor)
+
+
+class TimeSlicing(Settings):
+    """GPU time-slicing: each physical GPU is advertised `replicas` times.
+
+    # Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-sharing.html
+    """
+
+    replicas: Annotated[int, between(2, 64)]
+    """How many pods may share one GPU."""
+    rename_by_default: Annotated[bool, BOOL] = False
+    """Advertise shared GPUs as `nvidia.com/gpu.shared` instead of `nvidia.com/gpu`."""
+
+
+class Switch(Settings):
+    """An operand that is on unless turned off."""
+
+    enabled: Annotated[bool, BOOL] = True
+    """Deploy it."""
+
+
+class Toolkit(Settings):
+    """The NVIDIA Container Toolkit operand."""
+
+    enabled: Annotated[bool, BOOL] = True
+    """Install the toolkit; false where it is preinstalled."""
+    env: dict[Annotated[str, ENV_NAME], Annotated[str, ENV_VALUE]] = Field(default_factory=dict)
+    """Environment of the toolkit container, e.g. {CONTAINERD_CONFIG: /etc/containerd/config.toml}."""
+
+
+class DevicePlugin(Settings):
+    """The NVIDIA device plugin (always deployed)."""
+
+    time_slicing: TimeSlicing | None = None
+    """Share each GPU between pods (needs mig.strategy none or single); unset advertises whole
+    GPUs only."""
+
+
+class Mig(Settings):
+    """How MIG devices are advertised."""
+
+    strategy: Annotated[MigStrategy, choice(MIG_STRATEGIES)] = "single"
+    """none, single (as nvidia.com/gpu) or mixed (one resource per MIG profile)."""
+
+
+class OperatorOptions(Settings):
+    """The operator itself."""
+
+    upgrade_crd: Annotated[bool, BOOL] = Field(default=True, alias="upgradeCRD")
+    """Upgrade the chart's CRDs from its pre-upgrade hook on `helm upgrade`, with OpenAPI
+    validation of the release's manifests off (NVIDIA's upgrade procedure): they are checked
+    against the old CRDs before the hook has run."""
+
+
+# What the device plugin advertises: whole GPUs (WHOLE_GPU; MIG devices too under mig.strategy
+# single), time-sliced GPUs under their own name with renameByDefault, one resource per MIG
+# profile (nvidia.com/mig-1g.5gb, ...) under mig.strategy mixed. GpuResources and what counts
+# as a GPU are components/gpu_resources.py's.
+# Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-sharing.html
+# Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-mig.html
+
+# The toolkit's accept-nvidia-visible-devices-envvar-when-unprivileged (default true), set
+# through the toolkit container's environment.
+ENVVAR_WHEN_UNPRIVILEGED = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
+# From v25.10.0 the container runtime itself injects CDI devices and the device plugin's CDI
+# mode uses the cdi-annotations,cdi-cri strategies; before, CDI went through the nvidia runtime
+# with the envvar strategy still on.
+# Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/cdi.html
+CDI_BY_THE_RUNTIME = (25, 10)
+# The validator creates its workload pods (the device plugin's with a GPU limit and a preset
+# nodeName, the CUDA one privileged with NVIDIA_VISIBLE_DEVICES=all) with this ServiceAccount's
+# credentials, in the operator's namespace.
+# Ref: https://github.com/NVIDIA/gpu-operator/blob/main/validator/manifests/plugin-workload-validation.yaml
+# Ref: https://github.com/NVIDIA/gpu-operator/blob/main/validator/manifests/cuda-workload-validation.yaml
+VALIDATOR_SERVICE_ACCOUNT = "nvidia-operator-validator"
+# Who creates a DaemonSet's pods: kube-controller-manager, as its daemon-set-controller
+# ServiceAccount with --use-service-account-credentials (kubeadm's default), else as itself.
+# The operands (the device plugin sets NVIDIA_VISIBLE_DEVICES=all) are DaemonSet pods.
+# Ref: https://github.com/NVIDIA/gpu-operator/blob/main/assets/state-device-plugin/0500_daemonset.yaml
+DAEMONSET_CONTROLLERS = (
+    "system:kube-controller-manager",
+    "system:serviceaccount:kube-system:daemon-set-controller",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperatorPods:
+    """The pods the GPU Operator itself makes, as admission sees them: created in its own
+    namespace by its validator's ServiceAccount, or by the DaemonSet controller for one of
+    the namespace's DaemonSets (the operands). Nobody else's pods in that namespace."""
+
+    namespace: str
+    """The operator's namespace."""
+    creators: tuple[str, ...]
+    """User names whose pod creations in `namespace` are the operator's (its validator)."""
+    daemonset_controllers: tuple[str, ...] = DAEMONSET_CONTROLLERS
+    """User names that create DaemonSet pods; such a pod of `namespace` is an operand."""
+
+
+class GpuOperatorSettings(Settings):
+    """The NVIDIA GPU Operator Helm release (the stack config's gpuOperator)."""
+
+    enabled: Annotated[bool, BOOL] = False
+    """Build the GpuOperator layer (needs a reachable chart repository)."""
+    namespace: Annotated[str, NAMESPACE] = "gpu-operator"
+    """The operator's namespace. Created (and deleted on destroy) by this layer, so it must
+    not exist before the first `up`, unless createNamespace is false."""
+    create_namespace: Annotated[bool, BOOL] = True
+    """Create `namespace` (true), or use an existing one without owning it (false: it must
+    exist, admit privileged pods, and `destroy` leaves it)."""
+    repository: Annotated[str, HELM_REPOSITORY] = DEFAULT_REPOSITORY
+    """Where the chart comes from: a chart repository URL, an OCI registry (oci://host/path)
+    or a local chart archive or directory (air-gapped installs; `version` is then the copy's)."""
+    version: Annotated[str, chart_version(DEFAULT_VERSION)] = DEFAULT_VERSION
+    """Chart version (pinned)."""
+    driver: Switch = Field(default_factory=Switch)
+    """The NVIDIA driver as a container; enabled false where drivers are preinstalled."""
+    toolkit: Toolkit = Field(default_factory=Toolkit)
+    """The NVIDIA Container Toolkit and its environment."""
+    device_plugin: DevicePlugin = Field(default_factory=DevicePlugin)
+    """The device plugin: optional time-slicing."""
+    mig: Mig = Field(default_factory=Mig)
+    """MIG strategy."""
+    mig_manager: Switch = Field(default_factory=Switch)
+    """The MIG manager (applies MIG layouts from the nvidia.com/mig.config node label)."""
+    dcgm_exporter: Switch = Field(default_factory=Switch)
+    """dcgm-exporter (GPU metrics). Its ServiceMonitor is MonitoringStack's, never the chart's."""
+    nfd: Switch = Field(default_factory=Switch)
+    """Node Feature Discovery; enabled false where NFD already runs in the cluster."""
+    operator: OperatorOptions = Field(default_factory=OperatorOptions)
+    """The operator's own options."""
+    values: Annotated[dict[str, Any], free_values()] = Field(default_factory=dict)
+    """Free-form chart values, deep-merged last over everything above.
+    dcgmExporter.serviceMonitor.enabled true is rejected while monitoring is enabled."""
+
+    def operator_pods(self, external_namespace: str = "") -> OperatorPods | None:
+        """The GPU Operator's own pods, which the admission gate lets through: those of the
+        operator this layer installs, or (disabled) of one installed outside the stack in
+        `external_namespace` (admission.externalGpuOperatorNamespace), made the same way by the
+        same chart; None when there is neither. Naming both is refused by the stack config."""
+        if self.enabled and external_namespace:
+            raise ValueError(
+                f"the stack installs the GPU Operator in {self.namespace}; an operator outside "
+                f"it ({external_namespace}) is for gpuOperator.enabled false"
+            )
+        namespace = self.namespace if self.enabled else external_namespace
+        if not namespace:
+            return None
+        validator = f"system:serviceaccount:{namespace}:{VALIDATOR_SERVICE_ACCOUNT}"
+        return OperatorPods(namespace=namespace, creators=(validator,))
+
+    def gpu_resources(self) -> GpuResources:
+        """The GPU resources the device plugin advertises with these settings.
+
+        Whole GPUs stay nvidia.com/gpu on every path (GPUs outside MIG under mixed, nodes
+        outside the time-slicing config), so it is always listed. Disabled, the operator
+        advertises nothing of its own: the plain name only. The names are
+        components/gpu_resources.py's.
+        """
+        names = [WHOLE_GPU]
+        prefixes: list[str] = []
+        shared: list[tuple[str, int]] = []
+        time_slicing = self.device_plugin.time_slicing
+        if self.enabled and time_slicing is not None:
+            name = SHARED_GPU if time_slicing.rename_by_default else WHOLE_GPU
+            shared.append((name, time_slicing.replicas))
+            if time_slicing.rename_by_default:
+                names.append(SHARED_GPU)
+        if self.enabled and self.mig.strategy == "mixed":
+            prefixes.append(MIG_PREFIX)
+        return GpuResources(names=tuple(names), prefixes=tuple(prefixes), shared=tuple(shared))
+
+    @model_validator(mode="after")
+    def _time_slicing_needs_one_gpu_resource(self) -> Self:
+        if self.device_plugin.time_slicing is not None and self.mig.strategy == "mixed":
+            raise problem(
+                "time-slicing shares nvidia.com/gpu, which needs mig.strategy none or single",
+                at=".mig.strategy",
+                value=self.mig.strategy,
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _cdi_hands_out_the_gpus(self) -> Self:
+        """Before v25.10.0 the device plugin's CDI mode still passes devices through
+        NVIDIA_VISIBLE_DEVICES, which the toolkit is told to ignore in unprivileged containers
+        (module docstring): such a chart takes an explicit toolkit choice."""
+        if chart_minor(self.version) < CDI_BY_THE_RUNTIME and (
+            ENVVAR_WHEN_UNPRIVILEGED not in self.toolkit.env
+        ):
+            raise problem(
+                "chart versions before v25.10.0 give GPU pods their GPUs through "
+                "NVIDIA_VISIBLE_DEVICES, which the stack has the toolkit ignore in "
+                "unprivileged containers: use v25.10.0 or later, or set "
+                f"toolkit.env.{ENVVAR_WHEN_UNPRIVILEGED} (true leaves any pod that sets "
+                "the variable every GPU of its node)",
+                at=".version",
+                value=self.version,
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _one_dcgm_service_monitor(self, info: ValidationInfo) -> Self:
+        """MonitoringStack owns the only dcgm-exporter ServiceMonitor; the chart's stays off."""
+        chart_monitor = self.values.get("dcgmExporter", {})
+        chart_monitor = (
+            chart_monitor.get("serviceMonitor", {}) if isinstance(chart_monitor, Mapping) else {}
+        )
+        enabled = chart_monitor.get("enabled") if isinstance(chart_monitor, Mapping) else None
+        if enabled is True and context_value(info, "monitoring_enabled"):
+            raise problem(
+                "MonitoringStack already creates the one ServiceMonitor for dcgm-exporter; "
+                "leave this unset",
+                at=".values.dcgmExporter.serviceMonitor.enabled",
+                value=enabled,
+            )
+        return self
+
+
+@dataclass(frozen=True, kw_only=True)
+class DcgmTarget:
+    """Where the operator's dcgm-exporter can be scraped (for exactly one ServiceMonitor)."""
+
+    namespace: pulumi.Input[str]
+    """Namespace of the dcgm-exporter Service (resolves once the release is deployed)."""
+    selector: Mapping[str, str] = field(default_factory=lambda: dict(DCGM_SERVICE_SELECTOR))
+    """Labels of the dcgm-exporter Service."""
+    port: str = DCGM_PORT_NAME
+    """Name of the Service port serving /metrics."""

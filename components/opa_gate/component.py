@@ -1,0 +1,411 @@
+"""OpaGate: admission control that keeps GPU pods on the binpack scheduler.
+
+It judges pod CREATEs that request or limit a GPU resource (components/gpu_resources.py: the
+one definition the binpack scheduler weighs too; what the GPU Operator's settings advertise,
+and the extended resources this stack advertises) or ask for devices through DRA
+(spec.resourceClaims): unless spec.schedulerName is the binpack scheduler they are refused,
+with a message naming the pod, the resource and the required scheduler. A container that sets
+NVIDIA_VISIBLE_DEVICES (to anything but void or none) without requesting a GPU itself is
+refused too: with the container toolkit's default it would reach every GPU of its node unseen
+(GpuOperator also tells the toolkit to ignore the variable; the gate is for what the toolkit's
+settings do not cover, privileged containers and a toolkit the stack does not install). That
+rule also judges the ephemeral containers `kubectl debug` adds to a running pod (an UPDATE of
+pods/ephemeralcontainers), which cannot request a GPU at all. Two kinds of pod are not judged:
+a node's mirror pods of its static pods (they run whatever the gate says; refusing the mirror
+only hides their GPUs from the scheduler), recognised exactly as NodeRestriction admits them,
+and the GPU Operator's own pods (GpuOperatorSettings.operator_pods(): in its namespace,
+created by its validator or by the DaemonSet controller for a DaemonSet), whether the stack
+installs the operator or it runs outside the stack (admission.externalGpuOperatorNamespace).
+Pool pods are judged like GPU pods: a pod being created, not bound to a node, with a toleration
+that names the GPU pool taint's key, must be on the binpack scheduler too (routed, or refused),
+so that one scheduler alone places pods on the pool's nodes; two schedulers binding to one
+node each see room the other has just taken, and the kubelet then rejects a pod (OutOfcpu).
+The DaemonSet controller's pods stay with the cluster's scheduler, and a toleration of every
+taint (an empty key with Exists) does not make a pool pod (docs/layers.md, "Two schedulers,
+one node").
+The scheduler name, resource names, pool toleration and operator's pods are data handed over
+from the layers that own them, never written into the policy source. Every GPU pod the gate
+admits tolerates the GPU pool's taint, or the stack config is refused
+(opa_gate_settings.pool_toleration_problem). Three engines:
+- `mutating-admission-policy` (the default; Kubernetes v1.36+, where the API is GA): a
+  MutatingAdmissionPolicy first routes GPU pods and pool pods that leave spec.schedulerName
+  unset to the binpack scheduler and adds the GPU pool's toleration when no toleration of
+  theirs covers the taint; the ValidatingAdmissionPolicy below then refuses only what cannot be routed (a
+  scheduler of the pod's own, a preset spec.nodeName). No server, nothing to be down.
+- `opa`: OPA 1.x behind a ValidatingWebhookConfiguration, with the Rego v1 policies from
+  policies/ loaded at start-up from a mounted ConfigMap (GPU resource names and scheduler
+  name reach them as data); nothing pushes policies at run time, so a restarted OPA is
+  ready as soon as it has read its files. A CA and serving certificate from pulumi-tls (kept
+  in state, renewed in the last 30 days of the serving certificate). Only pods that request a
+  gated resource, pool pods and pods that mention NVIDIA_VISIBLE_DEVICES, and ephemeral
+  containers added with the variable, are sent to OPA (matchConditions). GPU pods get the pool's toleration only from
+  the API server's ExtendedResourceToleration plugin (controlPlane.admissionPlugins).
+- `validating-admission-policy`: a native ValidatingAdmissionPolicy (CEL, GA since 1.30)
+  with the same data written into its CEL and the same rule and message as OPA's; no webhook
+  server at all. Tolerations as with `opa`.
+
+This module turns the objects of components/opa_gate/manifests.py into resources and wires
+them (the settings are components/opa_gate/settings.py); the TLS material, Pulumi state, is
+made here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pulumi_tls as tls
+from pydantic import Field
+
+from components.cluster_access import ClusterAccess, ClusterLayer
+from components.gpu_operator.settings import OperatorPods
+from components.opa_gate.manifests import (
+    GATE_CONFIG_FILE,
+    GATE_CONFIGMAP,
+    OPA_NAME,
+    OPA_POLICIES_CONFIGMAP,
+    OPA_SELECTOR,
+    OPA_SERVING_SECRET,
+    admission_policy_binding_spec,
+    admission_policy_spec,
+    gate_config_json,
+    gate_data,
+    gate_metadata,
+    inputs_checksum,
+    opa_deployment_spec,
+    opa_disruption_budget,
+    opa_pod_spec,
+    opa_service_spec,
+    policy_files,
+    routing_binding_spec,
+    routing_policy_spec,
+    serving_dns_names,
+    webhook_client_config,
+    webhook_spec,
+)
+from components.opa_gate.settings import (
+    DEFAULT_GATE_NAMESPACE,
+    GATE_NAME,
+    ROUTING_ENGINE,
+    SECTION,
+    OpaGateSettings,
+    load_policies,
+)
+from components.settings import PROJECT, Runtime
+
+TOKEN = f"{PROJECT}:index:OpaGate"
+
+
+class OpaGateArgs(OpaGateSettings):
+    """Inputs of OpaGate: its settings plus the scheduler's name and what to gate."""
+
+    access: Annotated[ClusterAccess, Runtime()]
+    """Cluster provider."""
+    scheduler_name: Annotated[pulumi.Output[str] | str, Runtime()]
+    """The schedulerName GPU pods must use (BinpackScheduler's output)."""
+    gpu_resources: Annotated[pulumi.Output[list[str]] | Sequence[str], Runtime()] = ()
+    """Advertised extended resources (ExtendedResourceNode's outputs); gated when
+    gate_extended_resources is true."""
+    device_resources: Annotated[Sequence[str], Runtime()] = ()
+    """GPU resource names the device plugin advertises (GpuOperator's settings); always
+    gated (nvidia.com/gpu is gated anyway)."""
+    gpu_resource_prefixes: Annotated[Sequence[str], Runtime()] = ()
+    """Extra resource name prefixes to gate, e.g. MIG profiles under mig.strategy mixed
+    (every GPU device plugin's domain is always gated)."""
+    operator_pods: Annotated[OperatorPods | None, Runtime()] = None
+    """The GPU Operator's own pods (GpuOperatorSettings.operator_pods(), of the stack's operator
+    or of the one external_gpu_operator_namespace names), let through; None without either."""
+    pool_toleration: Annotated[
+        pulumi.Output[dict[str, str]] | Mapping[str, str] | None, Runtime()
+    ] = None
+    """The GPU pool's toleration (TaintedGpuPool's output): the routing engine adds it to
+    routed GPU pods that lack it, and every engine keeps the pods that tolerate the pool's
+    taint (pool pods, not the DaemonSet controller's) on the scheduler like GPU pods. None:
+    neither."""
+    namespace: Annotated[str, Runtime()] = DEFAULT_GATE_NAMESPACE
+    """The gate's own namespace (created, and excluded from the gate)."""
+    opa_image: Annotated[str, Runtime()] = "openpolicyagent/opa:1.22.2"
+    """OPA 1.x image."""
+    policies: Annotated[Mapping[str, str], Runtime()] = Field(default_factory=load_policies)
+    """{name: Rego source}; defaults to policies/*.rego without tests."""
+
+
+class OpaGate(ClusterLayer):
+    """Keeps GPU pods on the binpack scheduler, with OPA or a ValidatingAdmissionPolicy."""
+
+    CONFIG_SECTION = SECTION
+
+    engine: pulumi.Output[str]
+    """The engine in use."""
+    namespace: pulumi.Output[str]
+    """The gate's namespace."""
+    ca_cert_pem: pulumi.Output[str]
+    """CA that signed OPA's serving certificate ("" for the native engine)."""
+    policy_name: pulumi.Output[str]
+    """Name of the ValidatingWebhookConfiguration or ValidatingAdmissionPolicy."""
+    serving_cert_not_after: pulumi.Output[str]
+    """When OPA's serving certificate expires, RFC 3339 ("" for the native engine)."""
+
+    def __init__(
+        self, name: str, args: OpaGateArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(TOKEN, name, args.access, opts)
+        self._args = args
+
+        namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace", metadata=gate_metadata(args.namespace), opts=self.children
+        )
+        # The namespaces the gate excludes exist before any gate object does.
+        self._exclusions: list[pulumi.Resource] = [namespace]
+        self._after_exclusions = pulumi.ResourceOptions.merge(
+            self.children, pulumi.ResourceOptions(depends_on=self._exclusions)
+        )
+        config = self._gate_data()
+        if args.engine == "opa":
+            ca_pem, not_after, policy_name = self._opa(config)
+        else:
+            ca_pem = not_after = pulumi.Output.from_input("")
+            policy_name = self._native(config)
+            if args.engine == ROUTING_ENGINE:
+                self._routing(config)
+
+        self.engine = pulumi.Output.from_input(args.engine)
+        self.namespace = namespace.metadata.apply(lambda _: args.namespace)
+        self.ca_cert_pem = ca_pem
+        self.policy_name = policy_name
+        self.serving_cert_not_after = not_after
+        self.register_outputs(
+            {
+                "engine": self.engine,
+                "namespace": self.namespace,
+                "ca_cert_pem": self.ca_cert_pem,
+                "policy_name": self.policy_name,
+                "serving_cert_not_after": self.serving_cert_not_after,
+            }
+        )
+
+    def _gate_data(self) -> pulumi.Output[dict[str, Any]]:
+        """gate_data() of the scheduler's name, every resource the settings gate and the
+        pool's toleration (which pods are pool pods)."""
+        args = self._args
+        gated = args.gpu_resources if args.gate_extended_resources else ()
+        return pulumi.Output.all(args.scheduler_name, gated, args.pool_toleration).apply(
+            lambda v: gate_data(
+                v[0],
+                [*args.device_resources, *v[1]],
+                args.gpu_resource_prefixes,
+                operator_pods=args.operator_pods,
+                pool_toleration=v[2],
+            )
+        )
+
+    def _meta(self, name: str) -> dict[str, Any]:
+        return gate_metadata(name, self._args.namespace)
+
+    # ------------------------------------------------------------------ engine: opa
+
+    def _opa(
+        self, config: pulumi.Output[dict[str, Any]]
+    ) -> tuple[pulumi.Output[str], pulumi.Output[str], pulumi.Output[str]]:
+        """OPA behind a webhook: certificates, OPA's files and pods, its Service, the webhook."""
+        key, ca, cert = self._certificates(OPA_NAME)
+        pod_spec = self._opa_pod(config, key, cert)
+        deployment = self._opa_deployment(config, cert, pod_spec)
+        service = k8s.core.v1.Service(
+            f"{self.pulumi_resource_name}-service",
+            metadata=self._meta(OPA_NAME),
+            spec=opa_service_spec(),
+            opts=self._after_exclusions,
+        )
+        webhook = self._webhook(config, ca, service, deployment)
+        return ca.cert_pem, cert.validity_end_time, webhook.metadata.apply(lambda m: m.name)
+
+    def _certificates(
+        self, service: str
+    ) -> tuple[tls.PrivateKey, tls.SelfSignedCert, tls.LocallySignedCert]:
+        """CA and serving certificate, kept in state: no new certificate on each up."""
+        name, ns = self.pulumi_resource_name, self._args.namespace
+        child = pulumi.ResourceOptions(parent=self)
+        ca_key = tls.PrivateKey(f"{name}-ca-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
+        ca = tls.SelfSignedCert(
+            f"{name}-ca",
+            private_key_pem=ca_key.private_key_pem,
+            is_ca_certificate=True,
+            subject=tls.SelfSignedCertSubjectArgs(common_name=f"{PROJECT} admission CA"),
+            validity_period_hours=10 * 365 * 24,
+            allowed_uses=["cert_signing", "crl_signing", "digital_signature"],
+            opts=child,
+        )
+        key = tls.PrivateKey(
+            f"{name}-serving-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child
+        )
+        dns_names = serving_dns_names(service, ns)
+        request = tls.CertRequest(
+            f"{name}-serving-csr",
+            private_key_pem=key.private_key_pem,
+            subject=tls.CertRequestSubjectArgs(common_name=dns_names[0]),
+            dns_names=dns_names,
+            opts=child,
+        )
+        cert = tls.LocallySignedCert(
+            f"{name}-serving-cert",
+            cert_request_pem=request.cert_request_pem,
+            ca_private_key_pem=ca_key.private_key_pem,
+            ca_cert_pem=ca.cert_pem,
+            validity_period_hours=2 * 365 * 24,
+            # Renewed by the first `pulumi up` in its last 30 days, not before.
+            early_renewal_hours=30 * 24,
+            allowed_uses=["digital_signature", "key_encipherment", "server_auth"],
+            opts=child,
+        )
+        return key, ca, cert
+
+    def _opa_pod(
+        self,
+        config: pulumi.Output[dict[str, Any]],
+        key: tls.PrivateKey,
+        cert: tls.LocallySignedCert,
+    ) -> dict[str, Any]:
+        """OPA's pod spec, once what it mounts and runs as exists."""
+        name, args, after = self.pulumi_resource_name, self._args, self._after_exclusions
+        serving = k8s.core.v1.Secret(
+            f"{name}-serving",
+            metadata=self._meta(OPA_SERVING_SECRET),
+            type="kubernetes.io/tls",
+            string_data={"tls.crt": cert.cert_pem, "tls.key": key.private_key_pem},
+            opts=after,
+        )
+        policies = k8s.core.v1.ConfigMap(
+            f"{name}-policies",
+            metadata=self._meta(OPA_POLICIES_CONFIGMAP),
+            data=policy_files(args.policies),
+            opts=after,
+        )
+        gate_config = k8s.core.v1.ConfigMap(
+            f"{name}-config",
+            metadata=self._meta(GATE_CONFIGMAP),
+            data={GATE_CONFIG_FILE: config.apply(gate_config_json)},
+            opts=after,
+        )
+        # OPA reads only its mounted files: its identity needs no API access and no token.
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-sa",
+            metadata=self._meta(OPA_NAME),
+            automount_service_account_token=False,
+            opts=after,
+        )
+        return opa_pod_spec(
+            args.opa_image,
+            service_account=account.metadata.name,
+            serving_secret=serving.metadata.name,
+            policies_configmap=policies.metadata.name,
+            config_configmap=gate_config.metadata.name,
+        )
+
+    def _opa_deployment(
+        self,
+        config: pulumi.Output[dict[str, Any]],
+        cert: tls.LocallySignedCert,
+        pod_spec: dict[str, Any],
+    ) -> k8s.apps.v1.Deployment:
+        """OPA's Deployment, rolled by a change of what it reads, and its disruption budget."""
+        name, args, after = self.pulumi_resource_name, self._args, self._after_exclusions
+        checksum = pulumi.Output.all(cert.cert_pem, config, policy_files(args.policies)).apply(
+            lambda v: inputs_checksum(v[0], v[1], v[2])
+        )
+        deployment = k8s.apps.v1.Deployment(
+            f"{name}-opa",
+            metadata=self._meta(OPA_NAME),
+            spec=opa_deployment_spec(args.replicas, pod_spec, checksum),
+            opts=after,
+        )
+        budget = opa_disruption_budget(args.replicas, OPA_SELECTOR)
+        if budget is not None:
+            k8s.policy.v1.PodDisruptionBudget(
+                f"{name}-opa-budget", metadata=self._meta(OPA_NAME), spec=budget, opts=after
+            )
+        return deployment
+
+    def _webhook(
+        self,
+        config: pulumi.Output[dict[str, Any]],
+        ca: tls.SelfSignedCert,
+        service: k8s.core.v1.Service,
+        deployment: k8s.apps.v1.Deployment,
+    ) -> k8s.admissionregistration.v1.ValidatingWebhookConfiguration:
+        """The webhook, registered last: only once the Deployment is ready (its readiness
+        means the policy is loaded)."""
+        args = self._args
+        return k8s.admissionregistration.v1.ValidatingWebhookConfiguration(
+            f"{self.pulumi_resource_name}-webhook",
+            metadata=gate_metadata(GATE_NAME),
+            webhooks=pulumi.Output.all(config, ca.cert_pem, service.metadata.name).apply(
+                lambda v: [
+                    webhook_spec(
+                        config=v[0],
+                        client_config=webhook_client_config(v[1], args.namespace, v[2]),
+                        gate_namespace=args.namespace,
+                        failure_policy=args.failure_policy,
+                        timeout_seconds=args.timeout_seconds,
+                    )
+                ]
+            ),
+            opts=pulumi.ResourceOptions.merge(
+                self.children,
+                pulumi.ResourceOptions(depends_on=[deployment, service, *self._exclusions]),
+            ),
+        )
+
+    # ------------------------------------------------------------------ engine: native
+
+    def _native(self, config: pulumi.Output[dict[str, Any]]) -> pulumi.Output[str]:
+        """The ValidatingAdmissionPolicy and its binding: refuse GPU pods off the scheduler."""
+        name, args = self.pulumi_resource_name, self._args
+        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-policy",
+            metadata=gate_metadata(GATE_NAME),
+            spec=config.apply(
+                lambda c: admission_policy_spec(
+                    c, args.failure_policy, gate_namespace=args.namespace
+                )
+            ),
+            opts=self._after_exclusions,
+        )
+        binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-binding",
+            metadata=gate_metadata(GATE_NAME),
+            spec=admission_policy_binding_spec(policy.metadata.name, gate_namespace=args.namespace),
+            opts=self.children,
+        )
+        return binding.metadata.apply(lambda m: m.name)
+
+    def _routing(self, config: pulumi.Output[dict[str, Any]]) -> None:
+        """Route GPU pods before the ValidatingAdmissionPolicy judges them."""
+        name, args = self.pulumi_resource_name, self._args
+        # admissionregistration.k8s.io/v1 (Kubernetes v1.36) is newer than the kubernetes SDK's
+        # generated types, so the objects are declared by apiVersion and kind; the provider
+        # applies them like any other kind.
+        policy = k8s.apiextensions.CustomResource(
+            f"{name}-routing",
+            api_version="admissionregistration.k8s.io/v1",
+            kind="MutatingAdmissionPolicy",
+            metadata=gate_metadata(GATE_NAME),
+            spec=pulumi.Output.all(config, args.pool_toleration).apply(
+                lambda v: routing_policy_spec(
+                    v[0], v[1], args.failure_policy, gate_namespace=args.namespace
+                )
+            ),
+            opts=self._after_exclusions,
+        )
+        k8s.apiextensions.CustomResource(
+            f"{name}-routing-binding",
+            api_version="admissionregistration.k8s.io/v1",
+            kind="MutatingAdmissionPolicyBinding",
+            metadata=gate_metadata(GATE_NAME),
+            spec=routing_binding_spec(
+                policy.metadata.apply(lambda m: m["name"]), gate_namespace=args.namespace
+            ),
+            opts=self.children,
+        )

@@ -1,0 +1,520 @@
+"""OpaGate's Kubernetes objects as data: gate data and settings in, plain dicts out.
+
+One function per object (or per part two objects share): the native engines'
+ValidatingAdmissionPolicy, MutatingAdmissionPolicy and their bindings; OPA's files, arguments,
+Deployment, budget, Service and ValidatingWebhookConfiguration. OpaGate turns them into
+resources; the live tests create the same objects on a real kube-apiserver, so nothing
+renders a gate object twice. A value that is a Pulumi Output in the component (an object's
+name, a checksum) is taken as `Any` and placed as given.
+
+Every engine excludes kube-system and the gate's own namespace by name (the immutable
+kubernetes.io/metadata.name label), so the gate can never stop the cluster from restarting
+the gate itself, and no one who can label a namespace can take it out of the gate.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from components.gpu_operator.settings import DAEMONSET_CONTROLLERS
+from components.gpu_resources import gated_names, gated_prefixes
+from components.object_meta import PART_OF
+from components.opa_gate.settings import (
+    DEFAULT_GATE_NAMESPACE,
+    GATE_NAME,
+    WEBHOOK_NAME,
+    FailurePolicy,
+)
+from components.settings import PROJECT
+from policies import gpu_scheduler_cel as cel
+
+if TYPE_CHECKING:
+    from components.gpu_operator.settings import OperatorPods
+
+# Set by the API server on every namespace to the namespace's name; it cannot be changed.
+# Ref: https://kubernetes.io/docs/reference/labels-annotations-taints/#kubernetes-io-metadata-name
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+OPA_PORT = 8443
+# Built in, and usable outside kube-system since Kubernetes 1.17 (unless the cluster limits
+# it with a ResourceQuota admission configuration); the class cluster add-ons run with.
+# Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/pod-priority-preemption/
+OPA_PRIORITY_CLASS = "system-cluster-critical"
+GATE_CONFIG_FILE = "gate.json"
+# A mounted ConfigMap holds each key twice more, under the kubelet's `..data` link and its
+# timestamped `..<date>` directory; loading those as well redeclares every rule and OPA
+# refuses to start. Files named `..*` are skipped.
+# Ref: https://kubernetes.io/docs/concepts/configuration/configmap/#mounted-configmaps-are-updated-automatically
+CONFIGMAP_INTERNALS = "..*"
+# Labels of every object the gate creates.
+GATE_LABELS = {
+    "app.kubernetes.io/name": "gpu-scheduler-gate",
+    **PART_OF,
+}
+# OPA's pods, as its Deployment, budget and Service select them.
+OPA_SELECTOR = {"app.kubernetes.io/name": "opa"}
+# Names of OPA's objects in the gate's namespace (Deployment, budget and Service are "opa").
+OPA_NAME = "opa"
+OPA_SERVING_SECRET = "opa-serving"
+OPA_POLICIES_CONFIGMAP = "opa-policies"
+GATE_CONFIGMAP = "gpu-gate-config"
+
+
+# --------------------------------------------------------------------------- gate data
+
+
+def gate_data(
+    scheduler_name: str,
+    resources: Sequence[str],
+    prefixes: Sequence[str],
+    *,
+    operator_pods: OperatorPods | None = None,
+    pool_toleration: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The policies' data document, data.gpu_cluster.config (see policies/README.md).
+
+    Every GPU (components/gpu_resources.py) is gated whatever `resources` and `prefixes` add;
+    `operator_pods` (the GPU Operator's own pods) are left out when None. `pool_toleration`
+    (TaintedGpuPool's, which names the pool's taint exactly) makes the pods that tolerate the
+    pool's taint `pool_pods`, kept on the scheduler like GPU pods; none when None.
+    """
+    data: dict[str, Any] = {
+        "scheduler_name": scheduler_name,
+        "gpu_resources": gated_names(resources),
+        "gpu_resource_prefixes": gated_prefixes(prefixes),
+    }
+    if operator_pods is not None:
+        data["operator_pods"] = {
+            "namespace": operator_pods.namespace,
+            "creators": sorted(operator_pods.creators),
+            "daemonset_controllers": sorted(operator_pods.daemonset_controllers),
+        }
+    if pool_toleration is not None:
+        data["pool_pods"] = {
+            "taint": {k: pool_toleration.get(k, "") for k in ("key", "value", "effect")},
+            "daemonset_controllers": sorted(DAEMONSET_CONTROLLERS),
+        }
+    return data
+
+
+def gate_metadata(name: str, namespace: str | None = None) -> dict[str, Any]:
+    """Metadata of a gate object: its name, its namespace unless cluster-scoped, GATE_LABELS."""
+    if namespace is None:
+        return {"name": name, "labels": dict(GATE_LABELS)}
+    return {"name": name, "namespace": namespace, "labels": dict(GATE_LABELS)}
+
+
+# --------------------------------------------------------------------------- what is judged
+
+
+def excluded_namespaces(gate_namespace: str) -> list[str]:
+    """The namespaces neither engine judges: kube-system and the gate's own."""
+    return sorted({"kube-system", gate_namespace})
+
+
+def namespace_selector(gate_namespace: str) -> dict[str, Any]:
+    """Namespace selector of both engines: every namespace but excluded_namespaces(), by name.
+
+    A selector on a label anyone may set (such as openpolicyagent.org/webhook=ignore) lets
+    whoever can create or label a namespace bypass the gate; the name label cannot be set.
+    """
+    return {
+        "matchExpressions": [
+            {
+                "key": NAMESPACE_NAME_LABEL,
+                "operator": "NotIn",
+                "values": excluded_namespaces(gate_namespace),
+            }
+        ]
+    }
+
+
+def pod_create_rule() -> dict[str, Any]:
+    """A pod CREATE (core v1): what every engine judges, and all the routing policy mutates."""
+    return {
+        "operations": ["CREATE"],
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "resources": ["pods"],
+    }
+
+
+def ephemeral_containers_rule() -> dict[str, Any]:
+    """An UPDATE of a pod's ephemeralcontainers subresource: how `kubectl debug` adds a
+    container, NVIDIA_VISIBLE_DEVICES and all, to a running pod. The request's object is the
+    whole Pod (oldObject the pod before), which the engines judge as they judge a CREATE.
+    Ref: https://kubernetes.io/docs/concepts/workloads/pods/ephemeral-containers/
+    """
+    return {
+        "operations": ["UPDATE"],
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "resources": ["pods/ephemeralcontainers"],
+    }
+
+
+def judged_rules() -> list[dict[str, Any]]:
+    """The requests the refusing side of every engine judges: a pod CREATE, and an UPDATE of
+    pods/ephemeralcontainers (only NVIDIA_VISIBLE_DEVICES in the containers it adds)."""
+    return [pod_create_rule(), ephemeral_containers_rule()]
+
+
+def policy_match_constraints(
+    gate_namespace: str, rules: Sequence[Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
+    """matchConstraints of a native policy: `rules` (default judged_rules()) outside
+    excluded_namespaces()."""
+    return {
+        "namespaceSelector": namespace_selector(gate_namespace),
+        "resourceRules": [dict(r) for r in (judged_rules() if rules is None else rules)],
+    }
+
+
+def gpu_request_condition(config: Mapping[str, Any]) -> str:
+    """CEL, true when the pod asks for a gated GPU resource.
+
+    Built from the same pieces as the ValidatingAdmissionPolicy's variables, with the lists
+    written in (match conditions have no variables).
+    """
+    return cel.requests_gpu(config)
+
+
+def routed_condition(config: Mapping[str, Any]) -> str:
+    """CEL, the routing policy's condition: a GPU request (gpu_request_condition), or a pool
+    pod the policy judges (cel.pool_pod: it tolerates the GPU pool's taint; not a mirror pod,
+    not the GPU Operator's own)."""
+    return (
+        f"({gpu_request_condition(config)}) || (!({cel.exempt(config)}) && {cel.pool_pod(config)})"
+    )
+
+
+def webhook_condition(config: Mapping[str, Any]) -> str:
+    """CEL, the webhook's match condition: a GPU request of a pod being created
+    (gpu_request_condition), a pool pod (cel.pool_pod), or NVIDIA_VISIBLE_DEVICES in a
+    container the request brings (a new pod's, or an ephemeral container being added), from a
+    pod the policy judges (not a mirror pod, not the GPU Operator's own: the device plugin's
+    pods set the variable). Other requests never reach OPA, so an OPA outage cannot hold them
+    back."""
+    return f"!({cel.exempt(config)}) && ({cel.judged(config)} || {cel.pool_pod(config)})"
+
+
+# --------------------------------------------------------------------------- native engines
+
+
+def admission_policy_spec(
+    config: Mapping[str, Any],
+    failure_policy: FailurePolicy = "Fail",
+    *,
+    gate_namespace: str = DEFAULT_GATE_NAMESPACE,
+) -> dict[str, Any]:
+    """The ValidatingAdmissionPolicy: policies/gpu_scheduler.rego's rule and message in CEL.
+
+    `config` is gate_data(); it is written into the CEL as literals rather than read from a
+    parameter object, because a binding whose parameter is missing denies every request it
+    matches, CPU pods included, and a ConfigMap could drop the always-gated nvidia.com/gpu.
+    With several kinds of GPU resource the message names the alphabetically first, which is
+    the first of the Rego policy's (sorted) messages.
+    Ref: https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/
+    """
+    return {
+        "failurePolicy": failure_policy,
+        "matchConstraints": policy_match_constraints(gate_namespace),
+        "variables": [
+            {"name": n, "expression": e} for n, e in cel.validation_variables(config).items()
+        ],
+        "validations": cel.validations(config),
+    }
+
+
+def admission_policy_binding_spec(
+    policy_name: Any = GATE_NAME, *, gate_namespace: str = DEFAULT_GATE_NAMESPACE
+) -> dict[str, Any]:
+    """The binding: enforce (Deny) everywhere but in excluded_namespaces()."""
+    return {
+        "policyName": policy_name,
+        "validationActions": ["Deny"],
+        "matchResources": {"namespaceSelector": namespace_selector(gate_namespace)},
+    }
+
+
+def routing_policy_spec(
+    config: Mapping[str, Any],
+    toleration: Mapping[str, str] | None,
+    failure_policy: FailurePolicy = "Fail",
+    *,
+    gate_namespace: str = DEFAULT_GATE_NAMESPACE,
+) -> dict[str, Any]:
+    """The MutatingAdmissionPolicy that routes GPU pods and pool pods to the stack's scheduler.
+
+    A pod CREATE that asks for a gated GPU resource, or a pool pod (it tolerates the pool's
+    taint, cel.pool_pod), and leaves spec.schedulerName unset (the API server has filled in
+    default-scheduler by then) gets the stack's scheduler; a GPU pod headed there also gets the
+    pool's `toleration` unless one of its tolerations already covers the taint (a pool pod's
+    does). A pod with another scheduler is left as it is (the
+    ValidatingAdmissionPolicy refuses it), and so is a pod created bound to a node (refused
+    too, unless it is a node's mirror pod, which must stay as its kubelet wrote it, or the GPU
+    Operator's validator workload).
+    JSON patches, because spec.tolerations is an atomic list that an apply configuration may
+    not change. Both mutations hold for the routed pod as for the original, so a reinvocation
+    changes nothing.
+    Ref: https://kubernetes.io/docs/reference/access-authn-authz/mutating-admission-policy/
+    """
+    return {
+        "failurePolicy": failure_policy,
+        "reinvocationPolicy": "IfNeeded",
+        # Pod creations only: nothing routes a running pod.
+        "matchConstraints": policy_match_constraints(gate_namespace, [pod_create_rule()]),
+        "matchConditions": [
+            {"name": "gpu-or-pool-pod", "expression": routed_condition(config)},
+            {"name": "not-bound", "expression": cel.UNBOUND},
+        ],
+        "variables": [
+            {"name": n, "expression": e}
+            for n, e in cel.routing_variables(config, toleration).items()
+        ],
+        "mutations": [
+            {"patchType": "JSONPatch", "jsonPatch": {"expression": e}}
+            for e in cel.routing_mutations(toleration)
+        ],
+    }
+
+
+def routing_binding_spec(
+    policy_name: Any = GATE_NAME, *, gate_namespace: str = DEFAULT_GATE_NAMESPACE
+) -> dict[str, Any]:
+    """The MutatingAdmissionPolicyBinding: route everywhere but in excluded_namespaces()."""
+    return {
+        "policyName": policy_name,
+        "matchResources": {"namespaceSelector": namespace_selector(gate_namespace)},
+    }
+
+
+# --------------------------------------------------------------------------- engine opa: files
+
+
+def policy_files(policies: Mapping[str, str]) -> dict[str, str]:
+    """{file name: Rego source} of the one ConfigMap OPA loads at start-up: every policy."""
+    return {f"{stem}.rego": source for stem, source in sorted(policies.items())}
+
+
+def gate_config_json(config: Mapping[str, Any]) -> str:
+    """The gate data as OPA reads it from GATE_CONFIG_FILE: JSON, keys sorted."""
+    return json.dumps(config, sort_keys=True)
+
+
+def inputs_checksum(cert_pem: str, config: Mapping[str, Any], files: Mapping[str, str]) -> str:
+    """SHA-256 of everything OPA reads at start-up: serving certificate, gate data, policies.
+
+    OPA reads its files once, so a new value rolls the Deployment (a pod template annotation).
+    """
+    return hashlib.sha256(
+        json.dumps([cert_pem, config, files], sort_keys=True).encode()
+    ).hexdigest()
+
+
+def serving_dns_names(service: str, namespace: str) -> list[str]:
+    """The names the API server calls OPA's Service by: its serving certificate's names."""
+    return [f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
+
+
+def opa_run_args(
+    *,
+    https_addr: str = f"0.0.0.0:{OPA_PORT}",
+    certs_dir: str = "/certs",
+    policy_dir: str = "/policies",
+    config_dir: str = "/config",
+) -> list[str]:
+    """`opa` arguments: HTTPS for the API server, policies and data read once at start.
+
+    The directories hold the serving Secret (tls.crt, tls.key), policy_files() and the gate
+    data (gate.json). They are not watched: a change of any of them changes the pod
+    template's checksum, so the Deployment rolls out OPA pods that read the new files, one
+    readiness-checked replica at a time, rather than each replica reloading on its own.
+    Authorization (policies/authz.rego) leaves anonymous callers, the API server and the
+    kubelet, the webhook decision and /health only; there is no management API to protect.
+    """
+    return [
+        "run",
+        "--server",
+        f"--addr=https://{https_addr}",
+        f"--tls-cert-file={certs_dir}/tls.crt",
+        f"--tls-private-key-file={certs_dir}/tls.key",
+        "--authorization=basic",
+        "--skip-version-check",
+        "--log-format=json",
+        f"--ignore={CONFIGMAP_INTERNALS}",
+        policy_dir,
+        f"gpu_cluster.config:{config_dir}/{GATE_CONFIG_FILE}",
+    ]
+
+
+# --------------------------------------------------------------------------- engine opa: pods
+
+
+def opa_affinity(selector: Mapping[str, str]) -> dict[str, Any]:
+    """OPA replicas on different nodes where the cluster has them.
+
+    Preferred, not required: with required anti-affinity a cluster with fewer schedulable
+    nodes than replicas (or a rolling update's surge pod) leaves a replica Pending for good.
+    """
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": dict(selector)},
+                        "topologyKey": "kubernetes.io/hostname",
+                    },
+                }
+            ]
+        }
+    }
+
+
+def opa_container(image: str) -> dict[str, Any]:
+    """OPA's one container: opa_run_args(), probed over HTTPS, read-only, no privileges."""
+    https = {"scheme": "HTTPS", "port": OPA_PORT}
+    return {
+        "name": "opa",
+        "image": image,
+        "args": opa_run_args(),
+        "ports": [{"name": "https", "containerPort": OPA_PORT}],
+        "readinessProbe": {"httpGet": {**https, "path": "/health/ready"}, "periodSeconds": 5},
+        "livenessProbe": {
+            "httpGet": {**https, "path": "/health/live"},
+            "initialDelaySeconds": 10,
+            "periodSeconds": 10,
+        },
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {"name": "certs", "mountPath": "/certs", "readOnly": True},
+            {"name": "policies", "mountPath": "/policies", "readOnly": True},
+            {"name": "config", "mountPath": "/config", "readOnly": True},
+        ],
+    }
+
+
+def opa_pod_spec(
+    image: str,
+    *,
+    service_account: Any = OPA_NAME,
+    serving_secret: Any = OPA_SERVING_SECRET,
+    policies_configmap: Any = OPA_POLICIES_CONFIGMAP,
+    config_configmap: Any = GATE_CONFIGMAP,
+) -> dict[str, Any]:
+    """OPA's pod: its own identity without API access, ahead of ordinary workloads, its files
+    mounted from the serving Secret and the two ConfigMaps (names as given)."""
+    return {
+        "serviceAccountName": service_account,
+        "automountServiceAccountToken": False,
+        # Scheduled, and kept, ahead of ordinary workloads: GPU pods wait on it.
+        "priorityClassName": OPA_PRIORITY_CLASS,
+        "affinity": opa_affinity(OPA_SELECTOR),
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [opa_container(image)],
+        "volumes": [
+            {"name": "certs", "secret": {"secretName": serving_secret}},
+            {"name": "policies", "configMap": {"name": policies_configmap}},
+            {"name": "config", "configMap": {"name": config_configmap}},
+        ],
+    }
+
+
+def opa_deployment_spec(
+    replicas: int, pod_spec: Mapping[str, Any], inputs_sha256: Any
+) -> dict[str, Any]:
+    """OPA's Deployment: `replicas` of `pod_spec`, rolled when inputs_checksum() changes."""
+    return {
+        "replicas": replicas,
+        "selector": {"matchLabels": dict(OPA_SELECTOR)},
+        "template": {
+            "metadata": {
+                "labels": {**GATE_LABELS, **OPA_SELECTOR},
+                # OPA reads its files once: new certificates, policies or config roll the
+                # Deployment.
+                "annotations": {f"{PROJECT}.io/inputs-sha256": inputs_sha256},
+            },
+            "spec": dict(pod_spec),
+        },
+    }
+
+
+def opa_disruption_budget(replicas: int, selector: Mapping[str, str]) -> dict[str, Any] | None:
+    """The PodDisruptionBudget spec for OPA: one replica always up; none for a single replica.
+
+    With one replica a budget could only forbid every eviction (maxUnavailable 0), which
+    blocks node drains until someone deletes it; a single replica is a choice to accept
+    a short outage of GPU pod admission while it moves instead.
+    Unhealthy replicas may always be evicted, so a broken pod never blocks a drain.
+    Ref: https://kubernetes.io/docs/tasks/run-application/configure-pdb/#unhealthy-pod-eviction-policy
+    """
+    if replicas <= 1:
+        return None
+    return {
+        "minAvailable": 1,
+        "selector": {"matchLabels": dict(selector)},
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
+
+
+def opa_service_spec() -> dict[str, Any]:
+    """OPA's Service: port 443, where the webhook calls, to OPA's HTTPS port."""
+    return {
+        "selector": dict(OPA_SELECTOR),
+        "ports": [{"name": "https", "port": 443, "targetPort": OPA_PORT}],
+    }
+
+
+# --------------------------------------------------------------------------- engine opa: webhook
+
+
+def webhook_client_config(ca_pem: str, namespace: str, service: str) -> dict[str, Any]:
+    """How the API server calls OPA: its Service at path `/`, trusting the gate's CA."""
+    return {
+        "caBundle": base64.b64encode(ca_pem.encode()).decode(),
+        "service": {"namespace": namespace, "name": service, "path": "/", "port": 443},
+    }
+
+
+def webhook_spec(
+    *,
+    config: Mapping[str, Any],
+    client_config: Mapping[str, Any],
+    gate_namespace: str = DEFAULT_GATE_NAMESPACE,
+    failure_policy: FailurePolicy = "Fail",
+    timeout_seconds: int = 5,
+) -> dict[str, Any]:
+    """The ValidatingWebhookConfiguration's one webhook; OPA answers at path `/`.
+
+    `config` is gate_data(): only pod CREATEs that ask for one of its GPU resources, tolerate
+    the GPU pool's taint or mention NVIDIA_VISIBLE_DEVICES, and ephemeral containers added with
+    the variable, are sent (judged_rules() and matchConditions, GA since 1.30); with
+    failurePolicy Fail an OPA outage then holds back those requests only.
+    Ref: https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/#matching-requests-matchconditions
+    """
+    return {
+        "name": WEBHOOK_NAME,
+        "admissionReviewVersions": ["v1"],
+        # Also makes the API server call the gate for dry-run requests.
+        "sideEffects": "None",
+        "failurePolicy": failure_policy,
+        "timeoutSeconds": timeout_seconds,
+        "matchPolicy": "Equivalent",
+        "namespaceSelector": namespace_selector(gate_namespace),
+        "rules": [{**rule, "scope": "Namespaced"} for rule in judged_rules()],
+        "matchConditions": [{"name": "gpu-pod", "expression": webhook_condition(config)}],
+        "clientConfig": dict(client_config),
+    }

@@ -1,0 +1,264 @@
+"""The admission section of the stack config: OpaGate's settings and the facts they name.
+
+The engines, failure policies and the names every engine's objects share (the gate, its
+webhook, its default namespace) are settings facts; the policies OPA loads default to
+policies/*.rego. components/opa_gate/manifests.py renders the objects from these values.
+
+failurePolicy: `Fail` means no GPU pod (nor pool pod: one that tolerates the GPU pool's
+taint) is admitted while the gate cannot answer (OPA down, timeout), so bin-packing is never
+bypassed; other CPU pods never reach OPA, so an outage does not block them. `Ignore` admits
+them during an outage, possibly onto the default scheduler.
+The native engines have no server to fail, so their failure policy only matters for CEL
+evaluation errors.
+
+Two rules need other sections of the stack config, so they are pure functions here that
+stack_config.py calls with those values: a GPU Operator named as installed outside the stack
+while the stack installs one (operator_conflict_problem), and a gate under which some GPU pods
+never tolerate the GPU pool's taint (pool_toleration_problem).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal, get_args
+
+from components.kubernetes_names import is_dns1123_label
+from components.kubernetes_version import major_minor
+from components.settings import BOOL, PROJECT, Problem, Settings, between, choice, text
+
+if TYPE_CHECKING:
+    from components.gpu_resources import GpuResources
+
+AdmissionEngine = Literal["mutating-admission-policy", "validating-admission-policy", "opa"]
+ADMISSION_ENGINES: tuple[AdmissionEngine, ...] = get_args(AdmissionEngine)
+FailurePolicy = Literal["Fail", "Ignore"]
+FAILURE_POLICIES: tuple[FailurePolicy, ...] = get_args(FailurePolicy)
+
+POLICY_DIR = Path(__file__).resolve().parents[2] / "policies"
+# The engine that routes GPU pods (MutatingAdmissionPolicy) and the first minor version that
+# serves its GA API, admissionregistration.k8s.io/v1, without a feature gate.
+# Ref: https://kubernetes.io/docs/reference/access-authn-authz/mutating-admission-policy/
+ROUTING_ENGINE: AdmissionEngine = "mutating-admission-policy"
+ROUTING_MIN_MINOR = 36
+# Name of the ValidatingWebhookConfiguration, ValidatingAdmissionPolicy and its binding
+# (and of the MutatingAdmissionPolicy and its binding).
+GATE_NAME = "gpu-scheduler-gate"
+# The gate's namespace when none is given (OpaGateArgs.namespace's default).
+DEFAULT_GATE_NAMESPACE = "gpu-admission"
+WEBHOOK_NAME = f"gpu-scheduler.{PROJECT}.io"
+# An operator the stack does not install lives in a namespace the stack neither creates nor
+# deletes: never the gate's own (the gate would take it over, and destroy would delete it).
+EXTERNAL_OPERATOR_NAMESPACE = text(
+    lambda v: v == "" or (is_dns1123_label(v) and v != DEFAULT_GATE_NAMESPACE),
+    "expected the namespace (DNS-1123 label) of a GPU Operator installed outside the stack, "
+    f"or empty; not the gate's own ({DEFAULT_GATE_NAMESPACE})",
+)
+
+
+def load_policies(directory: Path = POLICY_DIR) -> dict[str, str]:
+    """{file stem: Rego source} of the policies in `directory`, tests excluded."""
+    return {
+        path.stem: path.read_text()
+        for path in sorted(directory.glob("*.rego"))
+        if not path.stem.endswith("_test")
+    }
+
+
+class OpaGateSettings(Settings):
+    """The gate that keeps GPU pods on the binpack scheduler (the stack config's admission)."""
+
+    engine: Annotated[AdmissionEngine, choice(ADMISSION_ENGINES)] = ROUTING_ENGINE
+    """`mutating-admission-policy` (native, Kubernetes v1.36+: GPU pods that leave
+    spec.schedulerName unset are routed to the binpack scheduler and given the pool's
+    toleration; only what cannot be routed is refused), `validating-admission-policy`
+    (native, refuses GPU pods off the binpack scheduler) or `opa` (webhook, refuses them
+    too). Pods that tolerate the pool's taint (not DaemonSet pods) are kept on the binpack
+    scheduler like GPU pods by every engine. The native engines need no server."""
+    failure_policy: Annotated[FailurePolicy, choice(FAILURE_POLICIES)] = "Fail"
+    """Fail: a GPU pod (or a pod that tolerates the pool's taint) is refused while the gate
+    cannot answer. Ignore: it is admitted."""
+    timeout_seconds: Annotated[int, between(1, 30)] = 5
+    """Webhook timeout in seconds (the API server allows 1-30)."""
+    replicas: Annotated[int, between(1, 5)] = 2
+    """OPA replicas (engine opa)."""
+    gate_extended_resources: Annotated[bool, BOOL] = True
+    """Also gate the extended resources this stack advertises (extendedResources)."""
+    external_gpu_operator_namespace: Annotated[str, EXTERNAL_OPERATOR_NAMESPACE] = ""
+    """Namespace of a GPU Operator installed outside this stack (gpuOperator.enabled false):
+    its own pods are let through as the stack's operator's are (the validator's workloads, its
+    DaemonSets' operands). Empty: none."""
+
+
+# --------------------------------------------------------------------------- the GPU Operator
+
+
+def operator_conflict_problem(
+    *,
+    external_namespace: str,
+    operator_enabled: bool,
+    operator_namespace: str,
+    created_namespaces: Mapping[str, str] | None = None,
+) -> Problem | None:
+    """admission.externalGpuOperatorNamespace against the rest of the stack config.
+
+    A GPU Operator outside the stack is named only where the stack installs none: a cluster
+    runs one GPU Operator (one cluster-wide ClusterPolicy), and the stack's own operator's pods
+    are already let through. Nor may it live in a namespace another layer creates
+    (`created_namespaces`: {namespace: the key that names it}), which `pulumi destroy` would
+    delete with the operator in it. None when consistent.
+    """
+    if not external_namespace:
+        return None
+    key = f"{SECTION}.externalGpuOperatorNamespace"
+    if operator_enabled:
+        same = " (the same namespace)" if external_namespace == operator_namespace else ""
+        return Problem(
+            key,
+            external_namespace,
+            "names a GPU Operator installed outside the stack, but the stack installs one "
+            f"(gpuOperator.enabled true, gpuOperator.namespace {operator_namespace}{same}), "
+            "whose pods the gate already lets through; a cluster runs one GPU Operator: leave "
+            "this empty, or set gpuOperator.enabled false to keep the one installed outside",
+        )
+    taken = (created_namespaces or {}).get(external_namespace)
+    if taken is not None:
+        return Problem(
+            key,
+            external_namespace,
+            f"is {taken}, a namespace the stack creates and `pulumi destroy` deletes; expected "
+            "the namespace the GPU Operator installed outside the stack runs in",
+        )
+    return None
+
+
+# --------------------------------------------------------------------------- the pool's taint
+
+# The API server's admission plugin that gives a pod one toleration per extended resource its
+# containers and init containers request: key the resource's name, operator Exists, effect
+# NoSchedule. It is off unless enabled (controlPlane.admissionPlugins).
+# Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/plugin/pkg/admission/extendedresourcetoleration/admission.go
+EXTENDED_RESOURCE_TOLERATION = "ExtendedResourceToleration"
+# The one taint effect that keeps an untolerating pod off a node; PreferNoSchedule only
+# steers the scheduler away from it.
+# Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/
+BLOCKING_EFFECT = "NoSchedule"
+SECTION = "admission"
+"""The gate's section of the stack config (OpaGate.CONFIG_SECTION)."""
+
+
+def pool_resources(
+    device: GpuResources,
+    extended_resources: Mapping[str, Mapping[str, int]],
+    pool_nodes: Collection[str],
+    *,
+    gate_extended_resources: bool,
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(names, prefixes) of the gated resources a pod may find only on the GPU pool: what the
+    device plugin advertises there (`device`) and, when the gate judges them, the extended
+    resources the stack advertises on pool nodes. A resource no pool node has never draws a
+    pod to the pool, so its pods need no toleration of the pool's taint."""
+    extended = (
+        {
+            name
+            for node, counts in extended_resources.items()
+            if node in pool_nodes
+            for name, count in counts.items()
+            if count > 0
+        }
+        if gate_extended_resources
+        else set()
+    )
+    return tuple(sorted({*device.names, *extended})), tuple(sorted(set(device.prefixes)))
+
+
+def untolerated_pool_resources(
+    *,
+    engine: str,
+    admission_plugins: Collection[str],
+    taint_key: str,
+    taint_effect: str,
+    names: Iterable[str],
+    prefixes: Iterable[str],
+) -> tuple[str, ...]:
+    """The pool resources (names; prefixes as `<prefix>*`) whose gated pods, asking for that
+    resource alone, end up without a toleration of the pool's taint and stay Pending.
+
+    The routing engine adds the pool's toleration to every GPU pod it admits. The refusing
+    engines add nothing: a pod then has only its own tolerations and, with
+    ExtendedResourceToleration on, one per extended resource it requests, which covers the
+    taint only when the taint's key is that resource's name (operator Exists, effect
+    NoSchedule). A resource matched by a prefix cannot be that name. A PreferNoSchedule taint
+    strands no pod.
+    """
+    if engine == ROUTING_ENGINE or taint_effect != BLOCKING_EFFECT:
+        return ()
+    covered = {taint_key} if EXTENDED_RESOURCE_TOLERATION in admission_plugins else set()
+    return (
+        *(n for n in sorted(set(names)) if n not in covered),
+        *(f"{p}*" for p in sorted(set(prefixes))),
+    )
+
+
+def pool_toleration_problem(
+    *,
+    engine: str,
+    kubernetes_version: str,
+    admission_plugins: Collection[str],
+    taint: Mapping[str, str],
+    names: Iterable[str],
+    prefixes: Iterable[str],
+) -> Problem | None:
+    """The engine against the rest of the stack config: every GPU pod the gate keeps on the
+    binpack scheduler must tolerate the GPU pool's taint, or it stays Pending for good.
+
+    `admission_plugins`: those controlPlane enables (empty when controlPlane is off);
+    `taint`: gpuPool.taint {key, value, effect}; `names`, `prefixes`: pool_resources().
+    None when every such pod tolerates the taint (untolerated_pool_resources()).
+    """
+    key, effect = taint["key"], taint["effect"]
+    plugins = set(admission_plugins)
+    names, prefixes = tuple(names), tuple(prefixes)
+    stranded = untolerated_pool_resources(
+        engine=engine,
+        admission_plugins=plugins,
+        taint_key=key,
+        taint_effect=effect,
+        names=names,
+        prefixes=prefixes,
+    )
+    if not stranded:
+        return None
+    if EXTENDED_RESOURCE_TOLERATION in plugins:
+        why = (
+            f"{EXTENDED_RESOURCE_TOLERATION} tolerates a taint only when its key is the "
+            f"requested resource (gpuPool.taint.key is {key})"
+        )
+    else:
+        why = (
+            f"nor does the API server: {EXTENDED_RESOURCE_TOLERATION} is not among the "
+            "admissionPlugins of an enabled controlPlane"
+        )
+    minor = (major_minor(kubernetes_version) or (0, 0))[1]
+    routing = f"{ROUTING_ENGINE} (it adds the pool's toleration to every GPU pod)"
+    if minor < ROUTING_MIN_MINOR:
+        routing += (
+            f" once kubernetesVersion is v1.{ROUTING_MIN_MINOR} or newer (it is "
+            f"{kubernetes_version})"
+        )
+    only = names[0] if len(names) == 1 and not prefixes else None
+    pool = (
+        f"gpuPool.taint.key {only}"
+        if only is not None
+        else "a pool whose one GPU resource is gpuPool.taint.key (no gpuOperator.mig.strategy "
+        "mixed, no gpuOperator.devicePlugin.timeSlicing.renameByDefault, no extendedResources "
+        "on pool nodes unless admission.gateExtendedResources is false)"
+    )
+    return Problem(
+        f"{SECTION}.engine",
+        engine,
+        f"GPU pods asking only for {', '.join(stranded)} would never tolerate the GPU pool's "
+        f"taint {key}={taint.get('value', '')}:{effect} and stay Pending: this engine adds no "
+        f"toleration, {why}; allowed: {routing}; or controlPlane.admissionPlugins with "
+        f"{EXTENDED_RESOURCE_TOLERATION} and {pool}; or gpuPool.taint.effect PreferNoSchedule",
+    )

@@ -1,0 +1,155 @@
+"""The GPU Operator's objects as data (components/gpu_operator/manifests.py), without Pulumi."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from components.gpu_operator.manifests import (
+    TIME_SLICING_KEY,
+    deep_merge,
+    operator_namespace,
+    operator_values,
+    time_slicing_config,
+    time_slicing_config_map,
+)
+from components.gpu_operator.settings import (
+    ENVVAR_WHEN_UNPRIVILEGED,
+    GpuOperatorSettings,
+    TimeSlicing,
+)
+
+TOLERATION = {
+    "key": "nvidia.com/gpu",
+    "operator": "Equal",
+    "value": "present",
+    "effect": "NoSchedule",
+}
+
+
+@pytest.mark.parametrize(
+    ("base", "override", "merged"),
+    [
+        ({"a": 1}, {}, {"a": 1}),
+        ({"a": 1}, {"b": 2}, {"a": 1, "b": 2}),
+        ({"a": {"x": 1, "y": 2}}, {"a": {"y": 3}}, {"a": {"x": 1, "y": 3}}),
+        ({"a": [1, 2]}, {"a": [3]}, {"a": [3]}),
+        ({"a": {"x": 1}}, {"a": "flat"}, {"a": "flat"}),
+        ({"a": "flat"}, {"a": {"x": 1}}, {"a": {"x": 1}}),
+    ],
+)
+def test_deep_merge_objects_key_by_key_anything_else_replaced(
+    base: dict[str, Any], override: dict[str, Any], merged: dict[str, Any]
+) -> None:
+    assert deep_merge(base, override) == merged
+
+
+def test_deep_merge_leaves_its_inputs_alone() -> None:
+    base = {"a": {"x": [1]}}
+    override = {"a": {"y": [2]}}
+    merged = deep_merge(base, override)
+    merged["a"]["x"].append(9)
+    merged["a"]["y"].append(9)
+    assert base == {"a": {"x": [1]}} and override == {"a": {"y": [2]}}
+
+
+def test_operator_namespace_is_privileged_and_the_stacks() -> None:
+    assert operator_namespace("gpu-operator") == {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": "gpu-operator",
+            "labels": {
+                "app.kubernetes.io/part-of": "gpu-cluster",
+                "pod-security.kubernetes.io/enforce": "privileged",
+            },
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("time_slicing", "mig_strategy", "flags", "sharing"),
+    [
+        (
+            {"replicas": 4},
+            "none",
+            {"migStrategy": "none"},
+            {"renameByDefault": False, "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]},
+        ),
+        (
+            {"replicas": 2, "rename_by_default": True},
+            "single",
+            {"migStrategy": "single"},
+            {"renameByDefault": True, "resources": [{"name": "nvidia.com/gpu", "replicas": 2}]},
+        ),
+    ],
+)
+def test_time_slicing_config_shares_nvidia_gpu(
+    time_slicing: dict[str, Any], mig_strategy: Any, flags: dict[str, Any], sharing: dict[str, Any]
+) -> None:
+    config = time_slicing_config(TimeSlicing(**time_slicing), mig_strategy)
+    assert config == {"version": "v1", "flags": flags, "sharing": {"timeSlicing": sharing}}
+
+
+def test_time_slicing_config_map_holds_the_document_under_its_key() -> None:
+    config_map = time_slicing_config_map(TimeSlicing(replicas=4), "none", "gpu-operator")
+    assert config_map["metadata"] == {"name": "time-slicing-config", "namespace": "gpu-operator"}
+    assert list(config_map["data"]) == [TIME_SLICING_KEY]
+    document = yaml.safe_load(config_map["data"][TIME_SLICING_KEY])
+    assert document == time_slicing_config(TimeSlicing(replicas=4), "none")
+
+
+@pytest.mark.parametrize(
+    ("settings", "config_name", "path", "expected"),
+    [
+        ({}, None, ("devicePlugin",), {"enabled": True}),
+        (
+            {},
+            "time-slicing-config",
+            ("devicePlugin", "config"),
+            {"create": False, "name": "time-slicing-config", "default": TIME_SLICING_KEY},
+        ),
+        ({}, None, ("daemonsets", "tolerations"), [TOLERATION]),
+        ({}, None, ("node-feature-discovery", "worker", "tolerations"), [TOLERATION]),
+        ({}, None, ("cdi",), {"enabled": True}),
+        ({}, None, ("operator",), {"upgradeCRD": True}),
+        ({"operator": {"upgradeCRD": False}}, None, ("operator",), {"upgradeCRD": False}),
+        ({}, None, ("dcgmExporter", "serviceMonitor"), {"enabled": False}),
+        ({"dcgm_exporter": {"enabled": False}}, None, ("dcgmExporter", "enabled"), False),
+        ({"driver": {"enabled": False}}, None, ("driver",), {"enabled": False}),
+        ({"nfd": {"enabled": False}}, None, ("nfd",), {"enabled": False}),
+        ({"mig_manager": {"enabled": False}}, None, ("migManager",), {"enabled": False}),
+        ({"mig": {"strategy": "mixed"}}, None, ("mig",), {"strategy": "mixed"}),
+        (
+            {},
+            None,
+            ("toolkit", "env"),
+            [{"name": ENVVAR_WHEN_UNPRIVILEGED, "value": "false"}],
+        ),
+        (
+            {"toolkit": {"env": {ENVVAR_WHEN_UNPRIVILEGED: "true", "CONTAINERD_SOCKET": "/s"}}},
+            None,
+            ("toolkit", "env"),
+            [
+                {"name": ENVVAR_WHEN_UNPRIVILEGED, "value": "true"},
+                {"name": "CONTAINERD_SOCKET", "value": "/s"},
+            ],
+        ),
+        (
+            {"values": {"driver": {"version": "580.95.05"}}},
+            None,
+            ("driver",),
+            {"enabled": True, "version": "580.95.05"},
+        ),
+        ({"values": {"cdi": {"enabled": False}}}, None, ("cdi",), {"enabled": False}),
+    ],
+)
+def test_operator_values_from_settings(
+    settings: dict[str, Any], config_name: str | None, path: tuple[str, ...], expected: Any
+) -> None:
+    value: Any = operator_values(GpuOperatorSettings(**settings), TOLERATION, config_name)
+    for key in path:
+        value = value[key]
+    assert value == expected

@@ -1,0 +1,156 @@
+"""The gate's sample table (policies/samples.yaml): sample pods and the verdict each
+engine must reach on them, read into plain objects for the live tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+SAMPLES_FILE = Path(__file__).resolve().parents[2] / "policies" / "samples.yaml"
+Verdict = Literal["allowed", "routed", "refused"]
+VERDICTS: tuple[Verdict, ...] = ("allowed", "routed", "refused")
+# The engines that only refuse, and the one that routes.
+REFUSING_ENGINES = ("opa", "validating-admission-policy")
+ROUTING_ENGINE = "mutating-admission-policy"
+# Where a sample is created: a namespace the gate judges, or the GPU Operator's own.
+Namespace = Literal["gated", "operator"]
+NAMESPACES: tuple[Namespace, ...] = ("gated", "operator")
+# What a sample's container may carry besides its resources' limits and claims.
+CONTAINER_FIELDS = ("env", "securityContext")
+# The name of the ephemeral container a sample's `debug` adds.
+DEBUG_CONTAINER = "debug-0"
+
+
+# In the table, stand for the GPU Operator's namespace and for the namespace a sample is
+# created in (the test chooses both names).
+OPERATOR_PLACEHOLDER = "{operator}"
+NAMESPACE_PLACEHOLDER = "{namespace}"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who creates the pod (impersonated): a user name and its groups."""
+
+    user: str
+    groups: tuple[str, ...]
+
+    def in_namespaces(self, operator: str, namespace: str) -> Identity:
+        """This identity with OPERATOR_PLACEHOLDER and NAMESPACE_PLACEHOLDER replaced."""
+
+        def filled(text: str) -> str:
+            return text.replace(OPERATOR_PLACEHOLDER, operator).replace(
+                NAMESPACE_PLACEHOLDER, namespace
+            )
+
+        return Identity(user=filled(self.user), groups=tuple(filled(g) for g in self.groups))
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    spec: dict[str, Any]
+    """The pod's spec as a user writes it; containers hold only their resources' limits and
+    claims (and CONTAINER_FIELDS), and get a name and image when built."""
+    refuse: Verdict
+    """The verdict of the refusing engines."""
+    route: Verdict
+    """The verdict of the routing engine."""
+    message: str | None
+    """Part of the refusal message; {pod} stands for namespace/name."""
+    namespace: Namespace = "gated"
+    """Where the pod is created."""
+    identity: Identity | None = None
+    """Who creates it, OPERATOR_PLACEHOLDER standing for the operator's namespace; None: the
+    cluster admin."""
+    metadata: dict[str, Any] | None = None
+    """Annotations and owner references of the pod."""
+    bind: str | None = None
+    """The node the pod is bound to (pods/binding) once created, before `debug`."""
+    debug: dict[str, Any] | None = None
+    """An ephemeral container (its env) added to the created pod by an UPDATE of
+    pods/ephemeralcontainers, as `kubectl debug` adds one: the verdicts are this update's."""
+
+    def verdict(self, engine: str) -> Verdict:
+        return self.route if engine == ROUTING_ENGINE else self.refuse
+
+    def creator(self, operator_namespace: str, namespace: str) -> Identity | None:
+        """Who creates the pod, when the operator's namespace is `operator_namespace` and the
+        pod's is `namespace`."""
+        if self.identity is None:
+            return None
+        return self.identity.in_namespaces(operator_namespace, namespace)
+
+    def debug_container(self) -> dict[str, Any]:
+        """The ephemeral container `debug` describes, named and with an image."""
+        assert self.debug is not None, f"{self.name} adds no ephemeral container"
+        return {
+            "name": DEBUG_CONTAINER,
+            "image": "registry.invalid/debug:1",
+            **{k: self.debug[k] for k in CONTAINER_FIELDS if k in self.debug},
+        }
+
+    def pod(self, name: str) -> dict[str, Any]:
+        spec = dict(self.spec)
+        for field in ("containers", "initContainers"):
+            if field in spec:
+                spec[field] = [
+                    {
+                        "name": f"{field.lower()[:4]}-{i}",
+                        "image": "registry.invalid/sample:1",
+                        "resources": {
+                            k: container[k] for k in ("limits", "claims") if k in container
+                        },
+                        **{k: container[k] for k in CONTAINER_FIELDS if k in container},
+                    }
+                    for i, container in enumerate(spec[field])
+                ]
+        spec.setdefault("automountServiceAccountToken", False)
+        metadata = {**(self.metadata or {}), "name": name}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+@dataclass(frozen=True)
+class SampleTable:
+    scheduler: str
+    gpu_resources: list[str]
+    gpu_resource_prefixes: list[str]
+    pool_taint: dict[str, str]
+    """The GPU pool's taint (TaintedGpuPool's gpuPool.taint)."""
+    samples: list[Sample]
+
+
+def _identity(raw: dict[str, Any] | None) -> Identity | None:
+    if raw is None:
+        return None
+    return Identity(user=raw["user"], groups=tuple(raw.get("groups", ())))
+
+
+def load_samples(path: Path = SAMPLES_FILE) -> SampleTable:
+    raw = yaml.safe_load(path.read_text())
+    samples = []
+    for entry in raw["samples"]:
+        both = entry.get("verdict")
+        samples.append(
+            Sample(
+                name=entry["name"],
+                spec=entry["pod"],
+                refuse=entry.get("refuse", both),
+                route=entry.get("route", both),
+                message=entry.get("message"),
+                namespace=entry.get("namespace", "gated"),
+                identity=_identity(entry.get("as")),
+                metadata=entry.get("metadata"),
+                bind=entry.get("bind"),
+                debug=entry.get("debug"),
+            )
+        )
+    return SampleTable(
+        scheduler=raw["scheduler"],
+        gpu_resources=list(raw["gpu_resources"]),
+        gpu_resource_prefixes=list(raw["gpu_resource_prefixes"]),
+        pool_taint=dict(raw["pool_taint"]),
+        samples=samples,
+    )

@@ -1,0 +1,509 @@
+"""OpaGate's builders as tables: settings in, the objects every engine renders out.
+
+No Pulumi: each builder is a plain function of plain values. tests/opa_gate/test_component.py covers
+the component's wiring; tests/integration/test_opa_gate_live.py creates these objects on a
+real kube-apiserver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from components.gpu_operator.settings import DAEMONSET_CONTROLLERS, OperatorPods
+from components.gpu_resources import gated_names, gated_prefixes
+from components.opa_gate.manifests import (
+    admission_policy_binding_spec,
+    admission_policy_spec,
+    ephemeral_containers_rule,
+    excluded_namespaces,
+    gate_config_json,
+    gate_data,
+    gate_metadata,
+    inputs_checksum,
+    judged_rules,
+    namespace_selector,
+    opa_container,
+    opa_deployment_spec,
+    opa_disruption_budget,
+    opa_pod_spec,
+    opa_run_args,
+    opa_service_spec,
+    pod_create_rule,
+    policy_files,
+    routing_binding_spec,
+    routing_policy_spec,
+    serving_dns_names,
+    webhook_client_config,
+    webhook_spec,
+)
+
+CONFIG = gate_data("gpu-binpack-scheduler", ["example.com/dongle"], [])
+TOLERATION = {"key": "gpu-cluster.io/gpu", "operator": "Exists", "effect": "NoSchedule"}
+POD_CREATE = {
+    "operations": ["CREATE"],
+    "apiGroups": [""],
+    "apiVersions": ["v1"],
+    "resources": ["pods"],
+}
+# `kubectl debug` adds an ephemeral container to a running pod through this subresource.
+EPHEMERAL_CONTAINERS_UPDATE = {
+    "operations": ["UPDATE"],
+    "apiGroups": [""],
+    "apiVersions": ["v1"],
+    "resources": ["pods/ephemeralcontainers"],
+}
+LABELS = {
+    "app.kubernetes.io/name": "gpu-scheduler-gate",
+    "app.kubernetes.io/part-of": "gpu-cluster",
+}
+
+
+def _webhook(namespace: str = "gpu-admission", **settings: Any) -> dict[str, Any]:
+    return webhook_spec(
+        config=CONFIG,
+        client_config=webhook_client_config("pem", namespace, "opa"),
+        gate_namespace=namespace,
+        **settings,
+    )
+
+
+# Each engine's object that selects namespaces, and where in it the selector sits.
+SELECTORS: dict[str, Callable[[str], Any]] = {
+    "webhook": lambda ns: _webhook(ns)["namespaceSelector"],
+    "validating-policy": lambda ns: admission_policy_spec(CONFIG, gate_namespace=ns)[
+        "matchConstraints"
+    ]["namespaceSelector"],
+    "validating-binding": lambda ns: admission_policy_binding_spec(gate_namespace=ns)[
+        "matchResources"
+    ]["namespaceSelector"],
+    "routing-policy": lambda ns: routing_policy_spec(CONFIG, TOLERATION, gate_namespace=ns)[
+        "matchConstraints"
+    ]["namespaceSelector"],
+    "routing-binding": lambda ns: routing_binding_spec(gate_namespace=ns)["matchResources"][
+        "namespaceSelector"
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("gate_namespace", "excluded"),
+    [
+        ("gpu-admission", ["gpu-admission", "kube-system"]),
+        ("zz-gate", ["kube-system", "zz-gate"]),
+        ("kube-system", ["kube-system"]),
+    ],
+)
+@pytest.mark.parametrize("selected_by", sorted(SELECTORS))
+def test_opa_gate_manifests_every_engine_excludes_kube_system_and_the_gate_by_name(
+    selected_by: str, gate_namespace: str, excluded: list[str]
+) -> None:
+    assert excluded_namespaces(gate_namespace) == excluded
+    expected = {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": excluded}
+        ]
+    }
+    assert namespace_selector(gate_namespace) == expected
+    assert SELECTORS[selected_by](gate_namespace) == expected
+
+
+@pytest.mark.parametrize(
+    ("engine", "rules", "expected"),
+    [
+        (
+            "opa",
+            lambda: _webhook()["rules"],
+            [
+                {**POD_CREATE, "scope": "Namespaced"},
+                {**EPHEMERAL_CONTAINERS_UPDATE, "scope": "Namespaced"},
+            ],
+        ),
+        (
+            "validating-admission-policy",
+            lambda: admission_policy_spec(CONFIG)["matchConstraints"]["resourceRules"],
+            [POD_CREATE, EPHEMERAL_CONTAINERS_UPDATE],
+        ),
+        # Routing mutates only what is being created.
+        (
+            "mutating-admission-policy",
+            lambda: routing_policy_spec(CONFIG, None)["matchConstraints"]["resourceRules"],
+            [POD_CREATE],
+        ),
+    ],
+)
+def test_opa_gate_manifests_every_engine_judges_pod_creates_and_added_ephemeral_containers(
+    engine: str, rules: Callable[[], list[dict[str, Any]]], expected: list[dict[str, Any]]
+) -> None:
+    assert pod_create_rule() == POD_CREATE
+    assert ephemeral_containers_rule() == EPHEMERAL_CONTAINERS_UPDATE
+    assert judged_rules() == [POD_CREATE, EPHEMERAL_CONTAINERS_UPDATE]
+    assert rules() == expected
+
+
+@pytest.mark.parametrize("failure_policy", ["Fail", "Ignore"])
+@pytest.mark.parametrize(
+    ("engine", "render"),
+    [
+        ("opa", lambda fp: _webhook(failure_policy=fp)),
+        ("validating-admission-policy", lambda fp: admission_policy_spec(CONFIG, fp)),
+        ("mutating-admission-policy", lambda fp: routing_policy_spec(CONFIG, TOLERATION, fp)),
+    ],
+)
+def test_opa_gate_manifests_failure_policy_reaches_each_engine(
+    engine: str, render: Callable[[str], dict[str, Any]], failure_policy: str
+) -> None:
+    assert render(failure_policy)["failurePolicy"] == failure_policy
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        (
+            {},
+            {
+                "name": "gpu-scheduler.gpu-cluster.io",
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 5,
+                "matchPolicy": "Equivalent",
+            },
+        ),
+        (
+            {"failure_policy": "Ignore", "timeout_seconds": 30},
+            {
+                "name": "gpu-scheduler.gpu-cluster.io",
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Ignore",
+                "timeoutSeconds": 30,
+                "matchPolicy": "Equivalent",
+            },
+        ),
+    ],
+)
+def test_opa_gate_manifests_webhook_settings(
+    settings: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    webhook = _webhook(**settings)
+    assert {k: webhook[k] for k in expected} == expected
+    assert [c["name"] for c in webhook["matchConditions"]] == ["gpu-pod"]
+
+
+@pytest.mark.parametrize(
+    ("ca_pem", "namespace", "service", "expected"),
+    [
+        (
+            "pem",
+            "gpu-admission",
+            "opa",
+            {
+                "caBundle": "cGVt",
+                "service": {"namespace": "gpu-admission", "name": "opa", "path": "/", "port": 443},
+            },
+        ),
+        (
+            "",
+            "gate",
+            "other",
+            {
+                "caBundle": "",
+                "service": {"namespace": "gate", "name": "other", "path": "/", "port": 443},
+            },
+        ),
+    ],
+)
+def test_opa_gate_manifests_webhook_calls_the_service_trusting_the_ca(
+    ca_pem: str, namespace: str, service: str, expected: dict[str, Any]
+) -> None:
+    assert webhook_client_config(ca_pem, namespace, service) == expected
+
+
+@pytest.mark.parametrize(
+    ("binding", "expected"),
+    [
+        (
+            admission_policy_binding_spec,
+            {"policyName": "gpu-scheduler-gate", "validationActions": ["Deny"]},
+        ),
+        (routing_binding_spec, {"policyName": "gpu-scheduler-gate"}),
+    ],
+)
+def test_opa_gate_manifests_bindings_name_the_gate_policy(
+    binding: Callable[..., dict[str, Any]], expected: dict[str, Any]
+) -> None:
+    spec = binding()
+    assert {k: v for k, v in spec.items() if k != "matchResources"} == expected
+    assert binding("policy-x")["policyName"] == "policy-x"
+
+
+@pytest.mark.parametrize(
+    ("toleration", "mutations"),
+    [(TOLERATION, 2), (None, 1)],
+)
+def test_opa_gate_manifests_routing_policy_patches_unbound_gpu_pods(
+    toleration: dict[str, str] | None, mutations: int
+) -> None:
+    spec = routing_policy_spec(CONFIG, toleration)
+    assert spec["reinvocationPolicy"] == "IfNeeded"
+    assert [c["name"] for c in spec["matchConditions"]] == ["gpu-or-pool-pod", "not-bound"]
+    assert len(spec["mutations"]) == mutations
+    assert {m["patchType"] for m in spec["mutations"]} == {"JSONPatch"}
+
+
+@pytest.mark.parametrize(
+    ("resources", "prefixes", "operator_pods", "expected"),
+    [
+        (
+            [],
+            [],
+            None,
+            {
+                "scheduler_name": "s",
+                "gpu_resources": gated_names([]),
+                "gpu_resource_prefixes": gated_prefixes([]),
+            },
+        ),
+        (
+            ["nvidia.com/gpu", "example.com/dongle"],
+            ["nvidia.com/mig-", ""],
+            OperatorPods(
+                namespace="gpu-operator", creators=("b", "a"), daemonset_controllers=("d",)
+            ),
+            {
+                "scheduler_name": "s",
+                # Every GPU (components/gpu_resources.py), and what the layers add, once each.
+                "gpu_resources": gated_names(["example.com/dongle"]),
+                "gpu_resource_prefixes": gated_prefixes(["nvidia.com/mig-"]),
+                "operator_pods": {
+                    "namespace": "gpu-operator",
+                    "creators": ["a", "b"],
+                    "daemonset_controllers": ["d"],
+                },
+            },
+        ),
+    ],
+)
+def test_opa_gate_manifests_gate_data(
+    resources: list[str],
+    prefixes: list[str],
+    operator_pods: OperatorPods | None,
+    expected: dict[str, Any],
+) -> None:
+    assert gate_data("s", resources, prefixes, operator_pods=operator_pods) == expected
+
+
+def test_opa_gate_manifests_gate_data_names_the_pool_taint_of_the_pools_toleration() -> None:
+    toleration = {
+        "key": "gpu-cluster.io/pool",
+        "operator": "Equal",
+        "value": "a100",
+        "effect": "PreferNoSchedule",
+    }
+    assert gate_data("s", [], [], pool_toleration=toleration)["pool_pods"] == {
+        "taint": {"key": "gpu-cluster.io/pool", "value": "a100", "effect": "PreferNoSchedule"},
+        # Who creates a DaemonSet's pods: their pool pods stay with the cluster's scheduler.
+        "daemonset_controllers": sorted(DAEMONSET_CONTROLLERS),
+    }
+    assert "pool_pods" not in gate_data("s", [], [])
+
+
+def test_opa_gate_manifests_pool_rule_only_with_a_pool() -> None:
+    with_pool = gate_data("s", [], [], pool_toleration=TOLERATION)
+    without = admission_policy_spec(CONFIG)
+    variables = {v["name"]: v["expression"] for v in without["variables"]}
+    assert variables["poolPod"] == "false"
+    assert len(without["validations"]) == 3
+    spec = admission_policy_spec(with_pool)
+    (pool_rule,) = spec["validations"][3:]
+    assert "variables.poolPod" in pool_rule["expression"]
+    assert "gpu-cluster.io/gpu" in pool_rule["messageExpression"]
+
+
+@pytest.mark.parametrize(
+    ("name", "namespace", "expected"),
+    [
+        ("gpu-scheduler-gate", None, {"name": "gpu-scheduler-gate", "labels": LABELS}),
+        ("opa", "gpu-admission", {"name": "opa", "namespace": "gpu-admission", "labels": LABELS}),
+    ],
+)
+def test_opa_gate_manifests_metadata(
+    name: str, namespace: str | None, expected: dict[str, Any]
+) -> None:
+    assert gate_metadata(name, namespace) == expected
+
+
+@pytest.mark.parametrize(
+    ("replicas", "expected"),
+    [
+        (0, None),
+        (1, None),
+        (
+            2,
+            {
+                "minAvailable": 1,
+                "selector": {"matchLabels": {"app.kubernetes.io/name": "opa"}},
+                "unhealthyPodEvictionPolicy": "AlwaysAllow",
+            },
+        ),
+        (
+            5,
+            {
+                "minAvailable": 1,
+                "selector": {"matchLabels": {"app.kubernetes.io/name": "opa"}},
+                "unhealthyPodEvictionPolicy": "AlwaysAllow",
+            },
+        ),
+    ],
+)
+def test_opa_gate_manifests_budget(replicas: int, expected: dict[str, Any] | None) -> None:
+    assert opa_disruption_budget(replicas, {"app.kubernetes.io/name": "opa"}) == expected
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        (
+            {},
+            {
+                "serviceAccountName": "opa",
+                "certs": "opa-serving",
+                "policies": "opa-policies",
+                "config": "gpu-gate-config",
+            },
+        ),
+        (
+            {
+                "service_account": "sa",
+                "serving_secret": "tls",
+                "policies_configmap": "p",
+                "config_configmap": "c",
+            },
+            {"serviceAccountName": "sa", "certs": "tls", "policies": "p", "config": "c"},
+        ),
+    ],
+)
+def test_opa_gate_manifests_pod_mounts_what_it_is_given(
+    names: dict[str, str], expected: dict[str, str]
+) -> None:
+    spec = opa_pod_spec("opa:1", **names)
+    volumes = {
+        v["name"]: v.get("secret", {}).get("secretName") or v["configMap"]["name"]
+        for v in spec["volumes"]
+    }
+    assert {"serviceAccountName": spec["serviceAccountName"], **volumes} == expected
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    assert spec["containers"] == [opa_container("opa:1")]
+
+
+@pytest.mark.parametrize("image", ["openpolicyagent/opa:1.22.2", "registry.invalid/opa:1"])
+def test_opa_gate_manifests_container_runs_opa_over_https(image: str) -> None:
+    container = opa_container(image)
+    assert container["image"] == image
+    assert container["args"] == opa_run_args()
+    assert container["ports"] == [{"name": "https", "containerPort": 8443}]
+    assert container["readinessProbe"]["httpGet"] == {
+        "scheme": "HTTPS",
+        "port": 8443,
+        "path": "/health/ready",
+    }
+    assert container["livenessProbe"]["httpGet"]["path"] == "/health/live"
+    assert [m["mountPath"] for m in container["volumeMounts"]] == ["/certs", "/policies", "/config"]
+
+
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_opa_gate_manifests_deployment_rolls_on_its_inputs(replicas: int) -> None:
+    spec = opa_deployment_spec(replicas, {"containers": []}, "abc")
+    assert spec == {
+        "replicas": replicas,
+        "selector": {"matchLabels": {"app.kubernetes.io/name": "opa"}},
+        "template": {
+            "metadata": {
+                "labels": {**LABELS, "app.kubernetes.io/name": "opa"},
+                "annotations": {"gpu-cluster.io/inputs-sha256": "abc"},
+            },
+            "spec": {"containers": []},
+        },
+    }
+
+
+def test_opa_gate_manifests_service_sends_443_to_opa() -> None:
+    assert opa_service_spec() == {
+        "selector": {"app.kubernetes.io/name": "opa"},
+        "ports": [{"name": "https", "port": 443, "targetPort": 8443}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("cert", "config", "files", "digest"),
+    [
+        (
+            "CERT",
+            {"scheduler_name": "s"},
+            {"a.rego": "package a"},
+            "cd5f9bac38d3bd7b38e0dd4873bbe26a6253abb84019b8c5e52c6d00a2c591b8",
+        ),
+        (
+            "CERT2",
+            {"scheduler_name": "s"},
+            {"a.rego": "package a"},
+            "5938f5c5ffdb7cb9a3cf582a2299462c42c3f9aea557175dc91777038c447ad0",
+        ),
+    ],
+)
+def test_opa_gate_manifests_inputs_checksum(
+    cert: str, config: dict[str, Any], files: dict[str, str], digest: str
+) -> None:
+    assert inputs_checksum(cert, config, files) == digest
+
+
+@pytest.mark.parametrize(
+    ("changed", "value"),
+    [("cert", "other"), ("config", {"scheduler_name": "t"}), ("files", {"a.rego": "package b"})],
+)
+def test_opa_gate_manifests_any_input_changes_the_checksum(changed: str, value: Any) -> None:
+    inputs: dict[str, Any] = {
+        "cert": "CERT",
+        "config": {"scheduler_name": "s"},
+        "files": {"a.rego": "package a"},
+    }
+    before = inputs_checksum(inputs["cert"], inputs["config"], inputs["files"])
+    inputs[changed] = value
+    assert inputs_checksum(inputs["cert"], inputs["config"], inputs["files"]) != before
+
+
+@pytest.mark.parametrize(
+    ("config", "text"),
+    [({"b": 1, "a": [1, 2]}, '{"a": [1, 2], "b": 1}'), ({}, "{}")],
+)
+def test_opa_gate_manifests_gate_config_json(config: dict[str, Any], text: str) -> None:
+    assert gate_config_json(config) == text
+
+
+@pytest.mark.parametrize(
+    ("policies", "files"),
+    [
+        ({"b": "package b", "a": "package a"}, {"a.rego": "package a", "b.rego": "package b"}),
+        ({}, {}),
+    ],
+)
+def test_opa_gate_manifests_policy_files(policies: dict[str, str], files: dict[str, str]) -> None:
+    assert policy_files(policies) == files
+    assert list(policy_files(policies)) == sorted(files)
+
+
+@pytest.mark.parametrize(
+    ("service", "namespace", "names"),
+    [
+        ("opa", "gpu-admission", ["opa.gpu-admission.svc", "opa.gpu-admission.svc.cluster.local"]),
+        ("gate", "x", ["gate.x.svc", "gate.x.svc.cluster.local"]),
+    ],
+)
+def test_opa_gate_manifests_serving_dns_names(
+    service: str, namespace: str, names: list[str]
+) -> None:
+    assert serving_dns_names(service, namespace) == names
