@@ -52,6 +52,7 @@ access = ClusterAccess.create(
     "cluster",
     config.kubernetes.kubeconfig,
     config.kubernetes.context,
+    sections=config.layer_sections,
     retake_claim=config.retake_claim,
 )
 

@@ -21,9 +21,11 @@ from typing import Annotated, Any, Self
 
 import pulumi
 from pydantic import Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
 from pydantic_core import core_schema
 
 from components.binpack_scheduler.settings import BinpackSchedulerSettings
+from components.cluster_access import LayerSection
 from components.control_plane_features.settings import ControlPlaneSettings
 from components.extended_resource_nodes.settings import ExtendedResourceNodesSettings
 from components.gpu_operator.settings import GpuOperatorSettings
@@ -35,9 +37,9 @@ from components.kubeconfig import (
 )
 from components.kubernetes_version import major_minor
 from components.monitoring_stack.settings import MonitoringStackSettings
-from components.opa_gate.component import OpaGateArgs
 from components.opa_gate.settings import (
     ADMISSION_ENGINES,
+    DEFAULT_GATE_NAMESPACE,
     ROUTING_ENGINE,
     ROUTING_MIN_MINOR,
     OpaGateSettings,
@@ -53,6 +55,7 @@ from components.settings import (
     STRING,
     ConfigError,
     ContextRule,
+    Layer,
     Problem,
     Rule,
     Settings,
@@ -210,16 +213,33 @@ class StackConfig(Settings):
     nodes: Inventory = ()
     """Inventory of the nodes this stack touches: a list of {name, address}. Every node named
     elsewhere in the config must be listed here."""
-    gpu_pool: TaintedGpuPoolSettings = Field(default_factory=TaintedGpuPoolSettings)
-    """The GPU nodes, their taint and labels (TaintedGpuPool)."""
-    extended_resources: ExtendedResourceNodesSettings = Field(default_factory=dict)
+    # The layers, in the order they are built: each section is a layer's settings, marked with
+    # Layer (its component and what it does); these fields are the one table of layers (LAYERS).
+    extended_resources: Annotated[
+        ExtendedResourceNodesSettings,
+        Layer(
+            component="ExtendedResourceNodes",
+            summary="the stack's extended resources in each node's capacity",
+        ),
+    ] = Field(default_factory=dict)
     """Extended resources to advertise, per node: {node-name: {domain/resource: count}},
     e.g. {worker-2: {example.com/dongle: 4}} (ExtendedResourceNodes)."""
-    scheduler: BinpackSchedulerSettings = Field(default_factory=BinpackSchedulerSettings)
-    """The second kube-scheduler that bin-packs GPU pods (BinpackScheduler)."""
-    admission: OpaGateSettings = Field(default_factory=OpaGateSettings)
-    """The gate that routes GPU pods to the binpack scheduler, or refuses them (OpaGate)."""
-    control_plane: ControlPlaneSettings = Field(default_factory=ControlPlaneSettings)
+    gpu_pool: Annotated[
+        TaintedGpuPoolSettings,
+        Layer(
+            component="TaintedGpuPool",
+            summary="the pool's taint and labels on every pool node",
+        ),
+    ] = Field(default_factory=TaintedGpuPoolSettings)
+    """The GPU nodes, their taint and labels (TaintedGpuPool)."""
+    control_plane: Annotated[
+        ControlPlaneSettings,
+        Layer(
+            component="ControlPlaneFeatures",
+            summary="admission plugins and feature gates, through kubeadm-config and kubeadm's "
+            "own phases over SSH; off unless `controlPlane.enabled`",
+        ),
+    ] = Field(default_factory=ControlPlaneSettings)
     """Admission plugins and feature gates edited over SSH (ControlPlaneFeatures)."""
     ssh_private_key: Annotated[
         pulumi.Output[str] | None,
@@ -235,9 +255,43 @@ class StackConfig(Settings):
     """SSH private key for controlPlane hosts, stored encrypted (pulumi config set --secret
     gpu-cluster:sshPrivateKey < key); a plain-text value is rejected. Empty with
     controlPlane.sshAgent true uses the SSH agent."""
-    gpu_operator: GpuOperatorSettings = Field(default_factory=GpuOperatorSettings)
+    gpu_operator: Annotated[
+        GpuOperatorSettings,
+        Layer(
+            component="GpuOperator",
+            summary="NVIDIA GPU Operator Helm release; off unless `gpuOperator.enabled`",
+            namespace="namespace",
+        ),
+    ] = Field(default_factory=GpuOperatorSettings)
     """The NVIDIA GPU Operator Helm release (GpuOperator)."""
-    monitoring: MonitoringStackSettings = Field(default_factory=MonitoringStackSettings)
+    scheduler: Annotated[
+        BinpackSchedulerSettings,
+        Layer(
+            component="BinpackScheduler",
+            summary="a second kube-scheduler that packs GPU pods (`scheduler.scoring`: "
+            "`binpack` or `fragmentation`)",
+        ),
+    ] = Field(default_factory=BinpackSchedulerSettings)
+    """The second kube-scheduler that bin-packs GPU pods (BinpackScheduler)."""
+    admission: Annotated[
+        OpaGateSettings,
+        Layer(
+            component="OpaGate",
+            summary="routes GPU pods that leave `schedulerName` unset to that scheduler, "
+            "refuses what cannot be routed (`admission.engine`)",
+            fixed_namespace=DEFAULT_GATE_NAMESPACE,
+        ),
+    ] = Field(default_factory=OpaGateSettings)
+    """The gate that routes GPU pods to the binpack scheduler, or refuses them (OpaGate)."""
+    monitoring: Annotated[
+        MonitoringStackSettings,
+        Layer(
+            component="MonitoringStack",
+            summary="kube-prometheus-stack, DCGM ServiceMonitor, GPU dashboard and alerts; "
+            "off unless `monitoring.enabled`",
+            namespace="namespace",
+        ),
+    ] = Field(default_factory=MonitoringStackSettings)
     """kube-prometheus-stack, the dcgm-exporter ServiceMonitor, GPU dashboard and alerts
     (MonitoringStack). Enabled needs grafanaAdminPassword or monitoring.grafanaAdminSecret."""
     grafana_admin_password: Annotated[
@@ -296,23 +350,32 @@ class StackConfig(Settings):
 
     @model_validator(mode="after")
     def _one_layer_per_namespace(self) -> Self:
-        """Each layer creates its namespace, so two layers cannot share one."""
-        gate_namespace = OpaGateArgs.model_fields["namespace"].default
-        taken = {gate_namespace: "the admission gate's namespace"}
-        for key, enabled, namespace in (
-            ("gpuOperator.namespace", self.gpu_operator.enabled, self.gpu_operator.namespace),
-            ("monitoring.namespace", self.monitoring.enabled, self.monitoring.namespace),
-        ):
-            if not enabled:
+        """Each layer creates its own namespace, so two layers cannot share one (LAYERS)."""
+        taken: dict[str, str] = {}
+        for layer in LAYERS:
+            if layer.fixed_namespace is not None:
+                taken[layer.fixed_namespace] = f"the {layer.component} layer's own namespace"
+        for layer in LAYERS:
+            settings = getattr(self, layer.field)
+            if layer.namespace is None or not getattr(settings, "enabled", True):
                 continue
+            key, namespace = (
+                f"{layer.key}.{to_camel(layer.namespace)}",
+                getattr(settings, layer.namespace),
+            )
             if namespace in taken:
                 raise problem(
                     f"already {taken[namespace]}; each layer creates its own namespace",
                     key=key,
                     value=namespace,
                 )
-            taken[namespace] = f"the namespace of {key.partition('.')[0]}"
+            taken[namespace] = f"the namespace of {layer.key}"
         return self
+
+    @property
+    def layer_sections(self) -> dict[str, LayerSection]:
+        """{component class name: its section}, for what a refusal of a layer's object names."""
+        return {layer.component: layer.section for layer in LAYERS}
 
     @property
     def kubernetes_minor(self) -> int:
@@ -343,6 +406,51 @@ class StackConfig(Settings):
                 if count == 0
             )
         return tuple(found)
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    """One row of the table of layers: a StackConfig field marked with Layer."""
+
+    field: str
+    """The StackConfig field (snake_case)."""
+    key: str
+    """The section's config key."""
+    settings: Any
+    """The section's settings model (or type)."""
+    component: str
+    summary: str
+    namespace: str | None
+    fixed_namespace: str | None
+
+    @property
+    def section(self) -> LayerSection:
+        namespace_key = f"{self.key}.{to_camel(self.namespace)}" if self.namespace else None
+        return LayerSection(self.key, namespace_key)
+
+
+def _layer_rows() -> tuple[LayerRow, ...]:
+    rows = []
+    for name, info in StackConfig.model_fields.items():
+        marks = [m for m in info.metadata if isinstance(m, Layer)]
+        if marks:
+            (mark,) = marks
+            rows.append(
+                LayerRow(
+                    field=name,
+                    key=info.alias or name,
+                    settings=info.annotation,
+                    component=mark.component,
+                    summary=mark.summary,
+                    namespace=mark.namespace,
+                    fixed_namespace=mark.fixed_namespace,
+                )
+            )
+    return tuple(rows)
+
+
+LAYERS = _layer_rows()
+"""The table of layers, in the order they are built: StackConfig's fields marked with Layer."""
 
 
 # --------------------------------------------------------------------------- entry points

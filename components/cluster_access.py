@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -177,14 +177,22 @@ def _object_ref(type_: str, props: Mapping[str, Any]) -> ObjectRef | None:
     return ObjectRef(api_version, kind, _plain(get("namespace"), "metadata.namespace", type_), name)
 
 
-def _layer_key(parent: pulumi.Resource | None) -> str:
-    """The config section of the layer whose child a resource is (ClusterLayer.CONFIG_SECTION)."""
-    key = getattr(parent, "CONFIG_SECTION", None)
-    return key if isinstance(key, str) else "objects"
+@dataclass(frozen=True)
+class LayerSection:
+    """What a refusal of a layer's object names: the layer's section of the stack config, and
+    the key of the namespace it creates when that is a setting (stack_config.LAYERS)."""
+
+    key: str
+    namespace_key: str | None = None
+
+
+def _section(parent: pulumi.Resource | None, sections: Mapping[str, LayerSection]) -> LayerSection:
+    """The section of the layer whose child a resource is; `objects` for one of no layer."""
+    return sections.get(type(parent).__name__, LayerSection("objects"))
 
 
 def stack_transformation(
-    claim: pulumi.Resource, ownership: Ownership
+    claim: pulumi.Resource, ownership: Ownership, sections: Mapping[str, LayerSection]
 ) -> Callable[[pulumi.ResourceTransformationArgs], pulumi.ResourceTransformationResult | None]:
     """A stack transformation for every Kubernetes object but `claim`: each is declared to
     `ownership` (checked on the cluster before anything is applied), and applied with force
@@ -198,10 +206,9 @@ def stack_transformation(
             return None
         ref = _object_ref(kind, args.props)
         if ref is not None:
-            parent = args.opts.parent if args.opts else None
-            key = _layer_key(parent)
-            settable = ref.is_namespace and getattr(parent, "NAMESPACE_SETTINGS", False)
-            ownership.declare(ref, f"{key}.namespace" if settable else key)
+            section = _section(args.opts.parent if args.opts else None, sections)
+            namespace_key = section.namespace_key if ref.is_namespace else None
+            ownership.declare(ref, namespace_key or section.key)
         if kind == HELM_RELEASE:
             return None
         props = {**args.props, "metadata": _forced(args.props.get("metadata"))}
@@ -221,11 +228,15 @@ class ClusterAccess:
     """The stack's claim on the cluster: what the layers that do not use `provider` wait for."""
     ownership: Ownership | None = None
     """What the program declares, checked on the cluster before the claim is written."""
+    sections: Mapping[str, LayerSection] = field(default_factory=dict)
+    """{layer component class name: its section}, what a refusal of a layer's object names."""
 
-    def use_namespace(self, name: str, key: str) -> None:
-        """A layer uses namespace `name` (config key `key`) without creating it: it must exist."""
+    def use_namespace(self, layer: pulumi.Resource, name: str) -> None:
+        """`layer` uses namespace `name` (its namespace setting) without creating it: it must
+        exist."""
         if self.ownership is not None:
-            self.ownership.used_namespaces[name] = key
+            section = _section(layer, self.sections)
+            self.ownership.used_namespaces[name] = section.namespace_key or section.key
 
     def seal(self) -> None:
         """Every object is declared: check them on the cluster, then write the claim (the
@@ -247,7 +258,13 @@ class ClusterAccess:
 
     @classmethod
     def create(
-        cls, name: str, kubeconfig: str, context: str | None, *, retake_claim: bool = False
+        cls,
+        name: str,
+        kubeconfig: str,
+        context: str | None,
+        *,
+        sections: Mapping[str, LayerSection],
+        retake_claim: bool = False,
     ) -> ClusterAccess:
         """The claim (its own provider), then the provider everything else uses, both with
         `kubeconfig` content as a secret; registers the stack transformation that declares
@@ -292,19 +309,15 @@ class ClusterAccess:
             },
             opts=pulumi.ResourceOptions(provider=provider(f"{name}-claim-provider")),
         )
-        pulumi.runtime.register_stack_transformation(stack_transformation(claim, ownership))
+        pulumi.runtime.register_stack_transformation(
+            stack_transformation(claim, ownership, sections)
+        )
         main = provider(name, pulumi.ResourceOptions(depends_on=[claim]))
-        return cls(provider=main, claim=claim, ownership=ownership)
+        return cls(provider=main, claim=claim, ownership=ownership, sections=sections)
 
 
 class ClusterLayer(pulumi.ComponentResource):
     """A layer whose children are Kubernetes objects applied through the stack's provider."""
-
-    CONFIG_SECTION: ClassVar[str]
-    """The layer's section of the stack config (what a refusal of one of its objects names)."""
-    NAMESPACE_SETTINGS: ClassVar[bool] = False
-    """Whether the section has `namespace` and `createNamespace` (the ways out a refusal of the
-    layer's namespace names)."""
 
     def __init__(
         self, token: str, name: str, access: ClusterAccess, opts: pulumi.ResourceOptions | None

@@ -90,6 +90,24 @@ class Runtime:
         return core_schema.any_schema()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Layer:
+    """Marks a stack config field as a layer's section. The fields so marked, in their order,
+    are the one table of layers (stack_config.LAYERS): the stack's sections, the
+    one-namespace-per-layer rule, what a refusal of a layer's object names, the config
+    reference and README's table of layers derive from it (docs/adding-a-layer.md)."""
+
+    component: str
+    """The layer's ComponentResource class, as components/__init__.py exports it."""
+    summary: str
+    """What the layer does, in one line (README's table of layers)."""
+    namespace: str | None = None
+    """The field of its settings naming the namespace the layer creates, if it has one; the
+    settings then also have `createNamespace` (false: use an existing one)."""
+    fixed_namespace: str | None = None
+    """The namespace the layer creates that is no setting."""
+
+
 class ContextRule:
     """Base of value rules that read the validation context (the inventory, the secret keys):
     subclasses define `validate(value, info)`."""

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from components.cluster_access import CLAIM_KEY, CLAIM_LABEL_KEY, PATCH_FORCE
-from stack_config import ConfigError
+from stack_config import LAYERS, ConfigError
 from tests.conftest import ROOT, Recording, register, run_program, stack_config
 
 
@@ -21,33 +21,14 @@ def _kubeconfig(empty_kubeconfig_env: Path) -> None:
 
 def test_main_docstring_names_the_layers_in_order() -> None:
     doc = (ROOT / "__main__.py").read_text().split('"""')[1]
-    layers = [
-        "ExtendedResourceNodes",
-        "TaintedGpuPool",
-        "ControlPlaneFeatures",
-        "GpuOperator",
-        "BinpackScheduler",
-        "OpaGate",
-        "MonitoringStack",
-    ]
-    positions = [doc.index(layer) for layer in layers]
+    positions = [doc.index(f". {layer.component} ") for layer in LAYERS]
     assert positions == sorted(positions)
 
 
 def test_main_dev_declares_one_component_per_layer() -> None:
     recording = run_program("dev")
-    components = sorted(
-        (r.typ, r.name) for r in recording.resources if r.typ.startswith("gpu-cluster:")
-    )
-    assert components == [
-        ("gpu-cluster:index:BinpackScheduler", "binpack-scheduler"),
-        ("gpu-cluster:index:ControlPlaneFeatures", "control-plane"),
-        ("gpu-cluster:index:ExtendedResourceNodes", "extended-resources"),
-        ("gpu-cluster:index:GpuOperator", "gpu-operator"),
-        ("gpu-cluster:index:MonitoringStack", "monitoring"),
-        ("gpu-cluster:index:OpaGate", "gpu-gate"),
-        ("gpu-cluster:index:TaintedGpuPool", "gpu-pool"),
-    ]
+    components = [r.typ for r in recording.resources if r.typ.startswith("gpu-cluster:")]
+    assert sorted(components) == sorted(f"gpu-cluster:index:{layer.component}" for layer in LAYERS)
 
 
 def test_main_every_kubernetes_object_uses_the_explicit_provider() -> None:

@@ -228,11 +228,11 @@ def test_config_reports_every_problem_together() -> None:
             scheduler={"name": "Bad_Name"},
         )
     keys = [p.key for p in excinfo.value.problems]
-    assert keys == [
-        "gpuPool.nodes[0]",
-        "gpuPool.taint.effect",
+    assert keys == [  # in the order of the layers
         "extendedResources.cpu-1.dongle",  # not domain/name
         "extendedResources.cpu-1.dongle",  # and a negative count
+        "gpuPool.nodes[0]",
+        "gpuPool.taint.effect",
         "scheduler.name",
     ]
     assert "5 problem(s)" in str(excinfo.value)
@@ -682,7 +682,7 @@ def test_config_rejects_two_layers_in_one_namespace() -> None:
 def test_config_rejects_the_admission_gates_namespace_for_another_layer() -> None:
     problems = _problems(gpuOperator={"enabled": True, "namespace": "gpu-admission"})
     assert problems == [
-        "gpu-cluster:gpuOperator.namespace: got 'gpu-admission'; already the admission gate's "
+        "gpu-cluster:gpuOperator.namespace: got 'gpu-admission'; already the OpaGate layer's own "
         "namespace; each layer creates its own namespace"
     ]
 

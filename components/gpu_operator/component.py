@@ -61,9 +61,6 @@ class GpuOperatorArgs(GpuOperatorSettings):
 class GpuOperator(ClusterLayer):
     """The NVIDIA GPU Operator in its own namespace, tolerating the GPU pool's taint."""
 
-    CONFIG_SECTION = "gpuOperator"
-    NAMESPACE_SETTINGS = True
-
     namespace: pulumi.Output[str]
     """The operator's namespace."""
     release_name: pulumi.Output[str]
@@ -95,7 +92,7 @@ class GpuOperator(ClusterLayer):
                 child, pulumi.ResourceOptions(depends_on=[namespace])
             )
         else:
-            args.access.use_namespace(args.namespace, f"{self.CONFIG_SECTION}.namespace")
+            args.access.use_namespace(self, args.namespace)
 
         config_name: pulumi.Output[str | None] = pulumi.Output.from_input(None)
         if args.device_plugin.time_slicing is not None:

@@ -113,9 +113,6 @@ def _custom_resource(
 class MonitoringStack(ClusterLayer):
     """Prometheus, Grafana, the DCGM ServiceMonitor, the GPU dashboard and GPU alerts."""
 
-    CONFIG_SECTION = "monitoring"
-    NAMESPACE_SETTINGS = True
-
     namespace: pulumi.Output[str]
     """The stack's namespace."""
     release_status: pulumi.Output[str]
@@ -190,7 +187,7 @@ class MonitoringStack(ClusterLayer):
         exist, and destroy leaves it). Its name is plain, so the stack checks its objects before
         applying any; the children declared after this wait for the namespace it creates."""
         if not args.create_namespace:
-            args.access.use_namespace(args.namespace, f"{self.CONFIG_SECTION}.namespace")
+            args.access.use_namespace(self, args.namespace)
             return args.namespace
         namespace = k8s.core.v1.Namespace(
             f"{self.pulumi_resource_name}-namespace",

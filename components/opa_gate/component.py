@@ -89,7 +89,6 @@ from components.opa_gate.settings import (
     DEFAULT_GATE_NAMESPACE,
     GATE_NAME,
     ROUTING_ENGINE,
-    SECTION,
     OpaGateSettings,
     load_policies,
 )
@@ -134,8 +133,6 @@ class OpaGateArgs(OpaGateSettings):
 
 class OpaGate(ClusterLayer):
     """Keeps GPU pods on the binpack scheduler, with OPA or a ValidatingAdmissionPolicy."""
-
-    CONFIG_SECTION = SECTION
 
     engine: pulumi.Output[str]
     """The engine in use."""

@@ -1,0 +1,86 @@
+"""The table of layers (stack_config.LAYERS) and the house it describes: a layer is a folder
+of the same modules, found from its row, and everything that lists layers derives from it."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pulumi
+import pytest
+
+import components
+from components.settings import PROJECT
+from stack_config import LAYERS, LayerRow, StackConfig
+from tools.config_docs import README_FILE, layer_table, readme_text
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def folder_of(component: str) -> Path:
+    """components/<snake_case of the component>/."""
+    return ROOT / "components" / re.sub(r"(?<!^)(?=[A-Z])", "_", component).lower()
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return found
+
+
+def test_layers_are_the_stack_config_sections_marked_as_layers_in_build_order() -> None:
+    assert [layer.component for layer in LAYERS] == [
+        "ExtendedResourceNodes",
+        "TaintedGpuPool",
+        "ControlPlaneFeatures",
+        "GpuOperator",
+        "BinpackScheduler",
+        "OpaGate",
+        "MonitoringStack",
+    ]
+    for layer in LAYERS:
+        assert StackConfig.model_fields[layer.field].alias == layer.key
+
+
+@pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: layer.component)
+def test_layers_each_row_names_a_component_in_its_own_folder(layer: LayerRow) -> None:
+    component = getattr(components, layer.component)
+    assert issubclass(component, pulumi.ComponentResource)
+    folder = folder_of(layer.component)
+    assert component.__module__ == f"components.{folder.name}.component"
+    assert getattr(components, f"{layer.component}Args")
+    for module in ("__init__.py", "settings.py", "component.py"):
+        assert (folder / module).is_file(), f"{folder.name}/{module} is missing"
+    assert f'"{PROJECT}:index:{layer.component}"' in (folder / "component.py").read_text() or (
+        f'f"{{PROJECT}}:index:{layer.component}"' in (folder / "component.py").read_text()
+    )
+
+
+@pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: layer.component)
+def test_layers_settings_never_import_their_component(layer: LayerRow) -> None:
+    folder = folder_of(layer.component)
+    own = f"components.{folder.name}"
+    imported = _imports(folder / "settings.py")
+    assert not {m for m in imported if m.startswith((f"{own}.component", f"{own}.provider"))}
+
+
+@pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: layer.component)
+def test_layers_a_namespace_field_is_a_setting_with_its_create_switch(layer: LayerRow) -> None:
+    if layer.namespace is None:
+        return
+    fields = layer.settings.model_fields
+    assert layer.namespace in fields
+    assert "create_namespace" in fields
+
+
+def test_layers_readme_table_is_the_generated_one() -> None:
+    current = README_FILE.read_text()
+    assert current == readme_text(current), "run: python -m tools.config_docs"
+    assert layer_table().count("\n") == len(LAYERS) + 2
