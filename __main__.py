@@ -8,6 +8,7 @@ Layers, in the order they are built:
   5. BinpackScheduler      - second kube-scheduler that packs GPU pods onto the fewest nodes.
   6. OpaGate               - admission that routes GPU pods to that scheduler (or refuses them).
   7. MonitoringStack       - Prometheus, DCGM metrics, dashboard and alerts.
+  8. GpuPriorityClasses    - PriorityClasses for GPU workloads.
 
 This file only wires: read the validated config, build each layer, export outputs.
 """
@@ -24,6 +25,8 @@ from components import (
     ExtendedResourceNodesArgs,
     GpuOperator,
     GpuOperatorArgs,
+    GpuPriorityClasses,
+    GpuPriorityClassesArgs,
     MonitoringStack,
     MonitoringStackArgs,
     OpaGate,
@@ -142,6 +145,13 @@ if config.monitoring.enabled:
         ),
     )
 
+priority_classes = None
+if config.priority_classes.enabled:
+    priority_classes = GpuPriorityClasses(
+        "priority-classes",
+        GpuPriorityClassesArgs.from_settings(config.priority_classes, access=access),
+    )
+
 pulumi.export("gpuNodes", gpu_pool.nodes)
 pulumi.export("gpuTaint", gpu_pool.taint)
 pulumi.export("gpuNodeLabels", gpu_pool.labels)
@@ -166,6 +176,8 @@ if monitoring is not None:
     pulumi.export("gpuDashboardUid", monitoring.dashboard_uid)
     pulumi.export("gpuAlertRule", monitoring.rule_name)
     pulumi.export("dcgmServiceMonitor", monitoring.dcgm_service_monitor)
+if priority_classes is not None:
+    pulumi.export("gpuPriorityClasses", priority_classes.names)
 
 # Everything is declared: check the claim and every declared object on the cluster, then apply.
 access.seal()

@@ -2,7 +2,7 @@
 
 The only module that reads Pulumi config. The `gpu-cluster:*` keys of the selected stack are
 validated by one model, `StackConfig`, whose sections are the layers' own settings models
-(components/*.py), or rejected with one `ConfigError` that lists every problem found, each
+(components/<layer>/settings.py), or rejected with one `ConfigError` that lists every problem found, each
 naming the key, the bad value and what is allowed (components/settings.py). Nothing is declared
 in Pulumi before this has succeeded, so a bad config never half-applies.
 
@@ -29,6 +29,7 @@ from components.cluster_access import LayerSection
 from components.control_plane_features.settings import ControlPlaneSettings
 from components.extended_resource_nodes.settings import ExtendedResourceNodesSettings
 from components.gpu_operator.settings import GpuOperatorSettings
+from components.gpu_priority_classes.settings import GpuPriorityClassesSettings
 from components.inventory import Inventory
 from components.kubeconfig import (
     KubernetesAccessConfig,
@@ -303,6 +304,16 @@ class StackConfig(Settings):
     """Grafana admin password, set with `pulumi config set --secret
     gpu-cluster:grafanaAdminPassword`. Required when monitoring.enabled is true, unless
     monitoring.grafanaAdminSecret names an existing Secret."""
+
+    priority_classes: Annotated[
+        GpuPriorityClassesSettings,
+        Layer(
+            component="GpuPriorityClasses",
+            summary="PriorityClasses for GPU workloads (inference, training, batch); off unless "
+            "`priorityClasses.enabled`",
+        ),
+    ] = Field(default_factory=GpuPriorityClassesSettings)
+    """PriorityClasses GPU pods name in spec.priorityClassName (GpuPriorityClasses)."""
 
     retake_claim: Annotated[bool, BOOL] = False
     """Take the cluster back when this stack's claim (ConfigMap kube-system/gpu-cluster) was

@@ -15,6 +15,7 @@ from components.extended_resource_nodes.component import (
 )
 from components.gpu_operator.component import GpuOperator, GpuOperatorArgs
 from components.gpu_operator.settings import DcgmTarget, TimeSlicing
+from components.gpu_priority_classes.component import GpuPriorityClasses, GpuPriorityClassesArgs
 from components.monitoring_stack.component import MonitoringStack, MonitoringStackArgs
 from components.opa_gate.component import OpaGate, OpaGateArgs
 from components.tainted_gpu_pool.component import TaintedGpuPool, TaintedGpuPoolArgs
@@ -38,3 +39,4 @@ __all__ = [
 __all__ += ["ControlPlaneFeatures", "ControlPlaneFeaturesArgs", "RemoteHost", "SshAccess"]
 __all__ += ["DcgmTarget", "GpuOperator", "GpuOperatorArgs", "TimeSlicing"]
 __all__ += ["MonitoringStack", "MonitoringStackArgs"]
+__all__ += ["GpuPriorityClasses", "GpuPriorityClassesArgs"]

@@ -28,6 +28,7 @@ KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     ("apps/v1", "Deployment"): ("deployments", True),
     ("policy/v1", "PodDisruptionBudget"): ("poddisruptionbudgets", True),
     ("coordination.k8s.io/v1", "Lease"): ("leases", True),
+    ("scheduling.k8s.io/v1", "PriorityClass"): ("priorityclasses", False),
     ("rbac.authorization.k8s.io/v1", "Role"): ("roles", True),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): ("rolebindings", True),
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): ("clusterroles", False),

@@ -11,7 +11,7 @@ import pulumi
 import pytest
 
 import components
-from components.settings import PROJECT
+from components.settings import PROJECT, Layer
 from stack_config import LAYERS, LayerRow, StackConfig
 from tools.config_docs import README_FILE, layer_table, readme_text
 
@@ -35,16 +35,14 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
-def test_layers_are_the_stack_config_sections_marked_as_layers_in_build_order() -> None:
-    assert [layer.component for layer in LAYERS] == [
-        "ExtendedResourceNodes",
-        "TaintedGpuPool",
-        "ControlPlaneFeatures",
-        "GpuOperator",
-        "BinpackScheduler",
-        "OpaGate",
-        "MonitoringStack",
+def test_layers_are_the_stack_config_sections_marked_as_layers() -> None:
+    marked = [
+        n
+        for n, i in StackConfig.model_fields.items()
+        if any(isinstance(m, Layer) for m in i.metadata)
     ]
+    assert [layer.field for layer in LAYERS] == marked
+    assert len({layer.component for layer in LAYERS}) == len(LAYERS)
     for layer in LAYERS:
         assert StackConfig.model_fields[layer.field].alias == layer.key
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from components.cluster_access import CLAIM_KEY, CLAIM_LABEL_KEY, PATCH_FORCE
-from stack_config import LAYERS, ConfigError
+from stack_config import LAYERS, ConfigError, decode_raw_config, parse_stack_config
 from tests.conftest import ROOT, Recording, register, run_program, stack_config
 
 
@@ -25,8 +25,15 @@ def test_main_docstring_names_the_layers_in_order() -> None:
     assert positions == sorted(positions)
 
 
-def test_main_dev_declares_one_component_per_layer() -> None:
-    recording = run_program("dev")
+def test_main_declares_one_component_per_layer() -> None:
+    # The dev stack, with every layer it leaves switched off switched on.
+    dev = parse_stack_config(decode_raw_config(stack_config("dev")))
+    switched_on = {
+        layer.key: {"enabled": True}
+        for layer in LAYERS
+        if getattr(getattr(dev, layer.field), "enabled", True) is False
+    }
+    recording = run_program("dev", switched_on)
     components = [r.typ for r in recording.resources if r.typ.startswith("gpu-cluster:")]
     assert sorted(components) == sorted(f"gpu-cluster:index:{layer.component}" for layer in LAYERS)
 

@@ -177,6 +177,24 @@ def test_gpu_pod_is_admitted_bound_by_the_stack_scheduler_and_stays(
     assert pod.status.phase == "Running"
 
 
+def test_gpu_pod_of_a_stack_priority_class_runs_with_its_priority(
+    applied: AppliedStack, namespace: str
+) -> None:
+    classes = applied.outputs.get("gpuPriorityClasses")
+    if not classes:
+        pytest.skip(f"stack {applied.stack} creates no priority classes (priorityClasses.enabled)")
+    scheduling = client.SchedulingV1Api(applied.api_client())
+    wanted = scheduling.read_priority_class(classes[0])
+    core = _core(applied)
+    name = f"serve-{uuid.uuid4().hex[:6]}"
+    pod = _gpu_pod(name, applied.outputs["schedulerName"])
+    pod["spec"]["priorityClassName"] = classes[0]
+    core.create_namespaced_pod(namespace, pod)
+    running = _wait_pod(core, namespace, name)
+    assert running.spec.priority == wanted.value
+    assert running.spec.node_name in applied.gpu_nodes
+
+
 def test_gpu_pod_without_the_scheduler_name_is_refused_by_a_reject_only_gate(
     applied: AppliedStack, namespace: str
 ) -> None:

@@ -1,0 +1,2 @@
+"""GpuPriorityClasses: the PriorityClasses GPU workloads are given (settings, manifests,
+component)."""
