@@ -1,4 +1,4 @@
-"""The layers of gpu-cluster, one ComponentResource per module."""
+"""The layers of gpu-cluster, one folder each (components/<layer>/), and what they share."""
 
 from components.binpack_scheduler.component import BinpackScheduler, BinpackSchedulerArgs
 from components.binpack_scheduler.settings import ResourceWeight, SchedulerProfile, ShapePoint
