@@ -305,7 +305,9 @@ def test_promql_node_labels_the_alerts_select_are_allow_listed_in_the_chart_valu
     allowlist = parse_labels_allowlist(chart[LABELS_ALLOWLIST])
     for metric, labels in selected.items():
         resource = known[metric].get("allowlist")
-        assert resource, f"{metric}: tests/monitoring_stack/fixtures/metrics.yaml names no allowlist resource"
+        assert resource, (
+            f"{metric}: tests/monitoring_stack/fixtures/metrics.yaml names no allowlist resource"
+        )
         exported = {kube_state_metrics_label(key) for key in allowlist.get(resource, [])}
         assert labels <= exported, (metric, chart[LABELS_ALLOWLIST])
 
