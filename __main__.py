@@ -34,7 +34,12 @@ from components import (
     TaintedGpuPool,
     TaintedGpuPoolArgs,
 )
-from components.cluster_access import check_version_skew
+from components.binpack_scheduler.settings import (
+    GANG_FEATURE_GATE,
+    GANG_GROUP_VERSION,
+    GANG_RESOURCE,
+)
+from components.cluster_access import check_served_api, check_version_skew
 from stack_config import load_stack_config
 
 config = load_stack_config()
@@ -48,6 +53,21 @@ skew_warning = check_version_skew(
 )
 if skew_warning:
     pulumi.log.warn(skew_warning)
+
+# Gangs without ControlPlaneFeatures: the cluster must serve PodGroups already.
+if config.scheduler.gang_scheduling and not config.control_plane.enabled:
+    gang_warning = check_served_api(
+        config.kubernetes.kubeconfig,
+        config.kubernetes.context,
+        "scheduler.gangScheduling",
+        GANG_GROUP_VERSION,
+        GANG_RESOURCE,
+        f"start the API servers with --feature-gates={GANG_FEATURE_GATE}=true and "
+        f"--runtime-config={GANG_GROUP_VERSION}=true, or set controlPlane.enabled so the stack "
+        "does",
+    )
+    if gang_warning:
+        pulumi.log.warn(gang_warning)
 
 # The claim on the cluster, written only once every object declared below was checked live:
 # none may exist that this stack did not create (access.seal(), the program's last call).
@@ -76,6 +96,7 @@ if config.control_plane.enabled:
             access=access,
             ssh_private_key=config.ssh_private_key,
             inventory=config.nodes,
+            needs=config.scheduler.control_plane_needs,
         ),
     )
 

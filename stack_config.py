@@ -24,7 +24,11 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import core_schema
 
-from components.binpack_scheduler.settings import BinpackSchedulerSettings
+from components.binpack_scheduler.settings import (
+    GANG_GROUP_VERSION,
+    GANG_MIN_MINOR,
+    BinpackSchedulerSettings,
+)
 from components.cluster_access import LayerSection
 from components.control_plane_features.settings import ControlPlaneSettings
 from components.extended_resource_nodes.settings import ExtendedResourceNodesSettings
@@ -349,6 +353,37 @@ class StackConfig(Settings):
             key="admission.engine",
             value=self.admission.engine,
         )
+
+    @model_validator(mode="after")
+    def _gangs_fit_the_cluster(self) -> Self:
+        """Gang scheduling needs v1.37's PodGroups, and with controlPlane.enabled the gate and
+        API version the stack then turns on must not be set off by hand."""
+        needs = self.scheduler.control_plane_needs
+        if not needs.key:
+            return self
+        if self.kubernetes_minor < GANG_MIN_MINOR:
+            raise problem(
+                f"needs kubernetesVersion v1.{GANG_MIN_MINOR} or newer (PodGroups of "
+                f"{GANG_GROUP_VERSION}; v1.35 and v1.36 have only alpha APIs of another shape; "
+                f"kubernetesVersion is {self.kubernetes_version})",
+                key=needs.key,
+                value=True,
+            )
+        if not self.control_plane.enabled:
+            return self
+        for section, wanted, have in (
+            ("featureGates", needs.feature_gates, self.control_plane.feature_gates),
+            ("runtimeConfig", needs.runtime_config, self.control_plane.runtime_config),
+        ):
+            for name, on in wanted.items():
+                if have.get(name, on) != on:
+                    raise problem(
+                        f"{needs.key} needs {str(on).lower()} (the stack sets it; remove the "
+                        f"key, or turn {needs.key} off)",
+                        key=f"controlPlane.{section}.{name}",
+                        value=have[name],
+                    )
+        return self
 
     @model_validator(mode="after")
     def _gate_fits_the_stack(self) -> Self:

@@ -37,6 +37,7 @@ from components.ownership import (
     ClaimKeys,
     ObjectRef,
     Ownership,
+    api_get,
 )
 from components.providers.node_api import (
     api_client_from_kubeconfig,
@@ -129,6 +130,41 @@ def check_version_skew(kubeconfig: str, context: str | None, scheduler: str) -> 
     if problem is not None:
         raise ConfigError([problem])
     return scheduler_skew_warning(scheduler, server)
+
+
+def served_resources(kubeconfig: str, context: str | None, group_version: str) -> set[str]:
+    """The resources the API server serves in `group_version` (GET /apis/<group/version>);
+    none when it does not serve the version. Raises when it cannot be reached."""
+    get = api_get(api_client_from_kubeconfig(kubeconfig, context))
+    listing = get(f"/apis/{group_version}", ())
+    return {str(r.get("name")) for r in (listing or {}).get("resources") or []}
+
+
+def check_served_api(
+    kubeconfig: str, context: str | None, key: str, group_version: str, resource: str, how: str
+) -> str | None:
+    """Refuse (ConfigError, naming `key`) when the live API server does not serve `resource`
+    in `group_version`, which `key` needs (`how`: how to turn it on); a warning instead of
+    checking when the cluster cannot be reached; None when it is served."""
+    try:
+        served = served_resources(kubeconfig, context, group_version)
+    except Exception as exc:  # any failure to reach or read: skip, say so
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return (
+            f"{PROJECT}:{key} was not checked against the cluster: GET /apis/{group_version} "
+            f"failed: {reason}"
+        )
+    if resource in served:
+        return None
+    raise ConfigError(
+        [
+            Problem(
+                key=key,
+                value=True,
+                allowed=f"the cluster does not serve {resource} in {group_version}; {how}",
+            )
+        ]
+    )
 
 
 def _forced(metadata: Any) -> Any:

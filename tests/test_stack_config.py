@@ -875,7 +875,7 @@ def test_config_never_shows_the_value_of_a_mistyped_nested_key() -> None:
     assert problems == [
         "gpu-cluster:controlPlane.sshPrivatekey: unknown key; allowed: enabled, user, port, "
         "sshAgent, hostKeys, hosts, kubeletHosts, admissionPlugins, featureGates, "
-        "readyTimeoutSeconds, stateDir"
+        "runtimeConfig, readyTimeoutSeconds, stateDir"
     ]
 
 

@@ -100,7 +100,7 @@ class BinpackScheduler(ClusterLayer):
         account = k8s.core.v1.ServiceAccount(
             f"{name}-sa", metadata=manifests.service_account(sched, ns)["metadata"], opts=child
         )
-        cluster_role = manifests.scheduler_role(sched)
+        cluster_role = manifests.scheduler_role(sched, args.gang_scheduling)
         scheduler_role = k8s.rbac.v1.ClusterRole(
             f"{name}-role",
             metadata=cluster_role["metadata"],
@@ -174,6 +174,7 @@ def _deployment_spec(
             config_yaml=config_yaml,
             service_account=names[0],
             config_map=names[1],
+            feature_gates=args.profile.feature_gates,
         )["spec"]
     )
 

@@ -250,13 +250,22 @@ def service_account(scheduler_name: str, namespace: str) -> dict[str, Any]:
     }
 
 
-def scheduler_role(scheduler_name: str) -> dict[str, Any]:
-    """The scheduler's ClusterRole: SCHEDULER_RULES, no Lease."""
+# What GenericWorkload adds to system:kube-scheduler: reading PodGroups, writing their status.
+# Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go
+GANG_RULES: tuple[dict[str, list[str]], ...] = (
+    _rule(("scheduling.k8s.io",), ("podgroups",), READ),
+    _rule(("scheduling.k8s.io",), ("podgroups/status",), ("patch", "update")),
+)
+
+
+def scheduler_role(scheduler_name: str, gang_scheduling: bool = False) -> dict[str, Any]:
+    """The scheduler's ClusterRole: SCHEDULER_RULES (and GANG_RULES with gangs), no Lease."""
+    rules = [*SCHEDULER_RULES, *(GANG_RULES if gang_scheduling else ())]
     return {
         "apiVersion": f"{RBAC_API_GROUP}/v1",
         "kind": "ClusterRole",
         "metadata": object_meta(f"{scheduler_name}:{SCHEDULER}", scheduler_name, None),
-        "rules": [dict(rule) for rule in SCHEDULER_RULES],
+        "rules": [dict(rule) for rule in rules],
     }
 
 
@@ -342,9 +351,11 @@ def deployment(
     config_yaml: str,
     service_account: str,
     config_map: str,
+    feature_gates: Mapping[str, bool] | None = None,
 ) -> dict[str, Any]:
     """The Deployment: `replicas` pods of `image` reading `config_yaml` from the ConfigMap
-    `config_map`, as the ServiceAccount `service_account`, spread over nodes."""
+    `config_map`, as the ServiceAccount `service_account`, spread over nodes, with
+    `feature_gates` (SchedulerProfile.feature_gates)."""
     selected = labels(scheduler_name)
     return {
         "apiVersion": "apps/v1",
@@ -363,7 +374,7 @@ def deployment(
                 },
                 "spec": pod_spec(
                     scheduler_name,
-                    container=scheduler_container(image, requests),
+                    container=scheduler_container(image, requests, feature_gates),
                     service_account=service_account,
                     config_map=config_map,
                 ),
@@ -410,7 +421,18 @@ def pod_spec(
     }
 
 
-def scheduler_container(image: str, requests: Mapping[str, str]) -> dict[str, Any]:
+def feature_gates_flag(gates: Mapping[str, bool]) -> list[str]:
+    """`--feature-gates=A=true,...` for `gates`, sorted; nothing for none."""
+    if not gates:
+        return []
+    return [
+        "--feature-gates=" + ",".join(f"{g}={str(v).lower()}" for g, v in sorted(gates.items()))
+    ]
+
+
+def scheduler_container(
+    image: str, requests: Mapping[str, str], feature_gates: Mapping[str, bool] | None = None
+) -> dict[str, Any]:
     """kube-scheduler reading the mounted config, serving HTTPS with /livez and /readyz."""
     probe = {"scheme": "HTTPS", "port": SECURE_PORT}
     return {
@@ -421,6 +443,7 @@ def scheduler_container(image: str, requests: Mapping[str, str]) -> dict[str, An
             f"--config={CONFIG_DIR}/{CONFIG_KEY}",
             f"--secure-port={SECURE_PORT}",
             "--v=2",
+            *feature_gates_flag(feature_gates or {}),
         ],
         "ports": [{"name": "https", "containerPort": SECURE_PORT}],
         "livenessProbe": {

@@ -30,6 +30,7 @@ from typing import Annotated, Self
 from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from components.control_plane_features.settings import NO_NEEDS, ControlPlaneNeeds
 from components.gpu_resources import (
     GPU_RESOURCE_NAME,
     GPU_RESOURCES_SHOWN,
@@ -38,7 +39,7 @@ from components.gpu_resources import (
 )
 from components.images import IMAGE
 from components.kubernetes_names import is_dns1123_label, is_qualified_name
-from components.settings import Settings, between, choice, problem, text, unique
+from components.settings import BOOL, Settings, between, choice, problem, text, unique
 
 # The cluster's own kube-scheduler answers to this name; a second profile with it would make
 # every ordinary pod a candidate for both schedulers.
@@ -99,6 +100,17 @@ DEFAULT_BALANCED_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 BINPACK = "binpack"
 FRAGMENTATION = "fragmentation"
 SCORINGS = (BINPACK, FRAGMENTATION)
+
+# Gang scheduling: kube-scheduler's GangScheduling plugin, on in every profile with the
+# GenericWorkload feature gate (beta and off by default in v1.37), over the PodGroups of
+# scheduling.k8s.io/v1beta1, which the API server serves only with that gate and the version
+# turned on (runtime-config). v1.35 and v1.36 have only alpha APIs of another shape
+# (spec.workloadRef, then scheduling.k8s.io/v1alpha2).
+# Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/pkg/scheduler/apis/config/v1/default_plugins.go
+GANG_FEATURE_GATE = "GenericWorkload"
+GANG_GROUP_VERSION = "scheduling.k8s.io/v1beta1"
+GANG_RESOURCE = "podgroups"
+GANG_MIN_MINOR = 37
 UPSTREAM_IMAGE = "registry.k8s.io/kube-scheduler"
 # Nothing advertised: the GPU resources of the settings alone (no GPU Operator).
 NO_GPU_RESOURCES = GpuResources(names=(), prefixes=())
@@ -136,6 +148,13 @@ class SchedulerProfile:
     gpus: GpuResources | None = None
     """The GPU resources pods ask for (BinpackSchedulerSettings.gpu_resources_with()): GPUs
     besides components/gpu_resources.py's GPU_NAMES and GPU_PREFIXES."""
+    gang_scheduling: bool = False
+    """Gang scheduling of PodGroups (the GenericWorkload gate on the scheduler)."""
+
+    @property
+    def feature_gates(self) -> dict[str, bool]:
+        """The feature gates the scheduler runs with (none but what gangs need)."""
+        return {GANG_FEATURE_GATE: True} if self.gang_scheduling else {}
 
     def __post_init__(self) -> None:
         lease = lease_conflict(self.scheduler_name)
@@ -257,6 +276,13 @@ class BinpackSchedulerSettings(Settings):
     them, the monitoring counts them (at most 8). Any other resource, NICs in nvidia.com
     included (nvidia.com/hostdev), is no GPU."""
 
+    gang_scheduling: Annotated[bool, BOOL] = False
+    """Gang scheduling: the pods of a PodGroup (scheduling.k8s.io/v1beta1, policy gang with
+    minCount; each pod names it in spec.schedulingGroup.podGroupName) are bound all together
+    or not at all, in either scoring. Needs Kubernetes v1.37 and an API server serving
+    scheduling.k8s.io/v1beta1 with the GenericWorkload feature gate: with controlPlane.enabled
+    the stack turns both on; without, the preview checks the cluster serves PodGroups."""
+
     @field_validator("name")
     @classmethod
     def _own_lease(cls, name: str) -> str:
@@ -318,6 +344,18 @@ class BinpackSchedulerSettings(Settings):
             )
         return self
 
+    @property
+    def control_plane_needs(self) -> ControlPlaneNeeds:
+        """What the control plane must have on for these settings: with gangs, the
+        GenericWorkload gate and scheduling.k8s.io/v1beta1."""
+        if not self.gang_scheduling:
+            return NO_NEEDS
+        return ControlPlaneNeeds(
+            key="scheduler.gangScheduling",
+            feature_gates={GANG_FEATURE_GATE: True},
+            runtime_config={GANG_GROUP_VERSION: True},
+        )
+
     def gpu_resources_with(self, advertised: GpuResources) -> GpuResources:
         """The GPU resources pods ask for: what the device plugin advertises
         (GpuOperatorSettings.gpu_resources()) and `gpu_resources`."""
@@ -348,4 +386,5 @@ class BinpackSchedulerSettings(Settings):
             shared_gpus=gpus.shared,
             mig_prefix=next(iter(gpus.prefixes), ""),
             gpus=gpus,
+            gang_scheduling=self.gang_scheduling,
         )

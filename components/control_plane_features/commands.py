@@ -72,15 +72,18 @@ def control_plane_command(
     gates: Mapping[str, bool],
     added: Mapping[str, Any],
     former: Sequence[str] = (),
+    runtime_config: Mapping[str, bool] | None = None,
 ) -> str:
     """Regenerate a control-plane host from the ClusterConfiguration.
 
-    OURS names the stack's plugins and gates (the hand-edit check leaves them); CONFIG digests
+    OURS names the stack's plugins, gates and API versions (the hand-edit check leaves them); CONFIG digests
     what the ConfigMap carries for this stack, so any change to it re-runs the phase; FORMER
     (when any) names the directories of the stack's record an earlier version left.
     """
-    ours = " ".join(sorted({*plugins, *gates}))
-    state = {"plugins": list(plugins), "gates": dict(gates), "added": added}
+    ours = " ".join(sorted({*plugins, *gates, *(runtime_config or {})}))
+    state: dict[str, Any] = {"plugins": list(plugins), "gates": dict(gates), "added": added}
+    if runtime_config:  # only when set: the digest of a stack without one stays as it was
+        state["runtime_config"] = dict(runtime_config)
     digest = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
     variables: dict[str, str | int] = {"STACK_DIR": stack_dir, "OURS": ours, "CONFIG": digest[:16]}
     if former:

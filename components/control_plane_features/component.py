@@ -41,7 +41,12 @@ from components.control_plane_features.commands import (
     stack_directory,
 )
 from components.control_plane_features.provider import KubeadmConfig
-from components.control_plane_features.settings import DEFAULT_STATE_DIR, ControlPlaneSettings
+from components.control_plane_features.settings import (
+    DEFAULT_STATE_DIR,
+    NO_NEEDS,
+    ControlPlaneNeeds,
+    ControlPlaneSettings,
+)
 from components.inventory import NodeSettings
 from components.providers.node_api import stack_identity, stack_label
 from components.settings import PROJECT
@@ -91,6 +96,8 @@ class ControlPlaneFeaturesArgs:
     """Admission plugins added to the API server's enable-admission-plugins."""
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
     """Feature gates for the API server, controller manager, scheduler and the kubelets."""
+    runtime_config: Mapping[str, bool] = field(default_factory=dict)
+    """API versions {group/version: on} for the API server's --runtime-config."""
     state_dir: str = DEFAULT_STATE_DIR
     """Directory on the hosts holding a subdirectory per stack, named by its id (kubelet
     patches, record). Stacks sharing hosts share it: a kubelet gets every stack's patch found
@@ -106,10 +113,12 @@ class ControlPlaneFeaturesArgs:
         access: ClusterAccess,
         ssh_private_key: pulumi.Output[str] | None,
         inventory: Sequence[NodeSettings],
+        needs: ControlPlaneNeeds = NO_NEEDS,
     ) -> ControlPlaneFeaturesArgs:
         """ControlPlaneFeatures' inputs: the controlPlane settings with hosts resolved to their
         inventory addresses and host keys, the SSH key (a Pulumi secret, or None for the SSH
-        agent) and the cluster access for kubeadm's ConfigMap."""
+        agent) and the cluster access for kubeadm's ConfigMap; with what other layers `needs` of
+        the control plane added to the gates and API versions."""
         nodes = {node.name: node for node in inventory}
 
         def resolve(names: Sequence[str]) -> tuple[RemoteHost, ...]:
@@ -129,7 +138,8 @@ class ControlPlaneFeaturesArgs:
             control_plane_hosts=resolve(settings.hosts),
             kubelet_hosts=resolve(settings.kubelet_hosts),
             admission_plugins=settings.admission_plugins,
-            feature_gates=settings.feature_gates,
+            feature_gates={**settings.feature_gates, **needs.feature_gates},
+            runtime_config={**settings.runtime_config, **needs.runtime_config},
             ready_timeout_seconds=settings.ready_timeout_seconds,
             state_dir=settings.state_dir,
         )
@@ -199,6 +209,7 @@ class ControlPlaneFeatures(pulumi.ComponentResource):
             label=stack_label(),
             admission_plugins=plugins,
             feature_gates=dict(args.feature_gates),
+            runtime_config=dict(args.runtime_config),
             opts=pulumi.ResourceOptions(parent=self, depends_on=self._previous()),
         )
         self._chain.append(config)
@@ -207,8 +218,9 @@ class ControlPlaneFeatures(pulumi.ComponentResource):
         stack_dir = config.stack.apply(lambda s: stack_directory(args.state_dir, s))
         former = config.former.apply(lambda f: list(f or ()))
 
+        runtime = dict(args.runtime_config)
         regenerate = pulumi.Output.all(stack_dir, config.gates, config.added, former).apply(
-            lambda v: control_plane_command(v[0], plugins, v[1] or {}, v[2] or {}, v[3])
+            lambda v: control_plane_command(v[0], plugins, v[1] or {}, v[2] or {}, v[3], runtime)
         )
         for host in args.control_plane_hosts:
             self._command("control-plane", host, regenerate)

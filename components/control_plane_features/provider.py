@@ -68,6 +68,7 @@ LABEL_PREFIX = f"stack.{ANNOTATION_PREFIX}"
 stack), `<prefix>/<stack id>`: outside ANNOTATION_PREFIX, so only records are read as records."""
 PLUGINS_FLAG = "enable-admission-plugins"
 GATES_FLAG = "feature-gates"
+RUNTIME_CONFIG_FLAG = "runtime-config"
 GATE_COMPONENTS = ("apiServer", "controllerManager", "scheduler")
 """ClusterConfiguration sections whose component takes --feature-gates."""
 
@@ -267,12 +268,17 @@ def _set_arg(section: dict[str, Any], flag: str, value: str | None, v1beta4: boo
 
 
 def wanted_items(
-    plugins: list[str], gates: Mapping[str, bool]
+    plugins: list[str], gates: Mapping[str, bool], runtime_config: Mapping[str, bool] | None = None
 ) -> dict[str, dict[str, dict[str, str]]]:
-    """{component: {flag: {item: value}}}: plugins on the API server, gates on all three."""
+    """{component: {flag: {item: value}}}: plugins and API versions on the API server, gates
+    on all three."""
     wanted: dict[str, dict[str, dict[str, str]]] = {}
     if plugins:
         wanted.setdefault("apiServer", {})[PLUGINS_FLAG] = {p: "" for p in plugins}
+    if runtime_config:
+        wanted.setdefault("apiServer", {})[RUNTIME_CONFIG_FLAG] = {
+            gv: str(on).lower() for gv, on in runtime_config.items()
+        }
     if gates:
         values = {g: str(v).lower() for g, v in gates.items()}
         for component in GATE_COMPONENTS:
@@ -535,7 +541,11 @@ def recorded(cm: Mapping[str, Any], stack: str) -> Record:
 
 
 def _wanted(props: Mapping[str, Any]) -> dict[str, dict[str, dict[str, str]]]:
-    return wanted_items(list(props.get("admission_plugins") or []), props.get("gates") or {})
+    return wanted_items(
+        list(props.get("admission_plugins") or []),
+        props.get("gates") or {},
+        props.get("runtime_config") or {},
+    )
 
 
 def _owner(props: Mapping[str, Any]) -> Owner:
@@ -636,6 +646,9 @@ class KubeadmConfigProvider(RunCredentials):
         # renamed stack) is an update: the record moves, nothing is taken out and put back.
         fields = ("admission_plugins", "gates", "notes", "stack", "label", "former")
         changed = [k for k in fields if olds.get(k) != news.get(k)]
+        # Absent in the state of a stack that never set one.
+        if (olds.get("runtime_config") or {}) != (news.get("runtime_config") or {}):
+            changed.append("runtime_config")
         if olds.get("in_sync") is False:
             changed.append("in_sync")  # changed behind the stack's back: put it back
         return DiffResult(changes=bool(changed), replaces=[])
@@ -683,6 +696,7 @@ class KubeadmConfig(Resource, module=PROJECT, name="KubeadmConfig"):
         label: pulumi.Input[str],
         admission_plugins: pulumi.Input[list[str]],
         feature_gates: pulumi.Input[Mapping[str, bool]],
+        runtime_config: Mapping[str, bool] | None = None,
         opts: pulumi.ResourceOptions | None = None,
         provider: KubeadmConfigProvider | None = None,
     ) -> None:
@@ -698,4 +712,6 @@ class KubeadmConfig(Resource, module=PROJECT, name="KubeadmConfig"):
             "notes": None,
             "added": None,
         }
+        if runtime_config:  # only when set: a stack that sets none keeps its inputs as they were
+            props["runtime_config"] = dict(runtime_config)
         super().__init__(provider or KubeadmConfigProvider(), name, props, opts)

@@ -8,7 +8,8 @@ pinned host keys, the SSH key from the top-level secret sshPrivateKey).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, field_validator
@@ -56,6 +57,14 @@ STATE_DIR = text(
     lambda v: re.fullmatch(r"(/[A-Za-z0-9._-]+)+/?", v) is not None and "/../" not in f"{v}/",
     "expected an absolute path of letters, digits, '.', '_' and '-'",
 )
+_GROUP_VERSION = re.compile(
+    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+/)?v[0-9]+((alpha|beta)[0-9]+)?",
+    re.ASCII,
+)
+GROUP_VERSION = text(
+    lambda v: _GROUP_VERSION.fullmatch(v) is not None and v != "api/all",
+    "expected an API group/version, e.g. scheduling.k8s.io/v1beta1 (or v1 for the core group)",
+)
 FEATURE_GATE = text(
     lambda v: _CAMEL_CASE.fullmatch(v) is not None,
     "expected a feature gate name in CamelCase, e.g. InPlacePodVerticalScaling",
@@ -64,6 +73,19 @@ FEATURE_GATE = text(
 
 DEFAULT_STATE_DIR = f"/etc/kubernetes/{PROJECT}"
 """Where hosts keep each stack's kubelet patches and record (a directory per stack id)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControlPlaneNeeds:
+    """What another layer needs of the control plane: feature gates (API server, controller
+    manager, scheduler) and API versions (--runtime-config), with the key that needs them."""
+
+    key: str
+    feature_gates: Mapping[str, bool] = field(default_factory=dict)
+    runtime_config: Mapping[str, bool] = field(default_factory=dict)
+
+
+NO_NEEDS = ControlPlaneNeeds(key="")
 
 
 @dataclass(frozen=True)
@@ -134,6 +156,11 @@ class ControlPlaneSettings(Settings):
     ] = Field(default_factory=dict)
     """Feature gates {Name: true | false} for the API server, controller manager, scheduler and
     the kubelets; checked against the live API server's feature metric at preview."""
+    runtime_config: dict[Annotated[str, GROUP_VERSION], Annotated[bool, BOOL]] = Field(
+        default_factory=dict
+    )
+    """API versions {group/version: true | false} added to the API server's --runtime-config
+    (existing entries are kept), e.g. {scheduling.k8s.io/v1beta1: true}."""
     ready_timeout_seconds: Annotated[int, between(30, 1800)] = 300
     """How long a restarted kubelet may take to be healthy before its old config is restored."""
     state_dir: Annotated[str, STATE_DIR] = DEFAULT_STATE_DIR

@@ -138,3 +138,13 @@ def test_kubelet_command_hands_over_the_gates_and_the_timeout(action: str) -> No
     variables, called = _call(kubelet_command(action, "/s/dev", 300, {"B": False, "A": True}))
     assert called == action
     assert variables == {"STACK_DIR": "/s/dev", "TIMEOUT": "300", "GATES": "A=true,B=false"}
+
+
+def test_control_plane_command_names_the_api_versions_and_reruns_when_they_change() -> None:
+    plain = control_plane_command("/s", ["P"], {"G": True}, {})
+    versions = {"scheduling.k8s.io/v1beta1": True}
+    with_versions = control_plane_command("/s", ["P"], {"G": True}, {}, (), versions)
+    assert _call(with_versions)[0]["OURS"] == "G P scheduling.k8s.io/v1beta1"
+    assert _call(with_versions)[0]["CONFIG"] != _call(plain)[0]["CONFIG"]
+    # None set: the command, digest included, is what it was before API versions were known.
+    assert control_plane_command("/s", ["P"], {"G": True}, {}, (), {}) == plain

@@ -665,3 +665,20 @@ def test_control_plane_features_a_previous_name_that_is_still_a_node_is_refused(
         "gpu-cluster:nodes[0].previousNames[0]: got 'gpu-b'; a previous name must not be a node "
         "of the inventory (its commands would be claimed twice)"
     ]
+
+
+def test_control_plane_features_host_leaves_its_own_api_versions_and_refuses_others(
+    tmp_path: Path,
+) -> None:
+    """--runtime-config is checked like the plugins and gates: the stack's own API versions in
+    a live manifest are no hand edit, anyone else's that kubeadm would drop is refused."""
+    host = FakeHost(tmp_path)
+    host.set_manifests(
+        host.manifests,
+        {"kube-apiserver": ("--runtime-config=scheduling.k8s.io/v1beta1=true,batch/v9=true",)},
+    )
+    commands = registered_commands(host, runtime_config={"scheduling.k8s.io/v1beta1": True})
+    result = host.run(commands["cpf-control-plane-cp-1"].inputs["create"])
+    assert result.returncode == 1
+    assert "--runtime-config item batch/v9=true" in result.stderr
+    assert "scheduling.k8s.io/v1beta1" not in result.stderr

@@ -580,3 +580,41 @@ def test_kubeadm_config_another_stacks_name_keyed_record_is_not_adopted() -> Non
     assert outs is not None
     assert annotation_key("prod") in api.cm["metadata"]["annotations"]
     assert annotation_key("dev") not in api.cm["metadata"]["annotations"]
+
+
+# --------------------------------------------------------------------------- runtime-config
+
+
+def test_kubeadm_config_adds_api_versions_to_the_api_server_runtime_config_and_takes_them_out() -> (
+    None
+):
+    api = FakeConfigMapApi(V1BETA4)
+    before = api.document()
+    provider = _provider(api)
+    props = _create(provider, _props(runtime_config={"scheduling.k8s.io/v1beta1": True}))
+    assert api.args("apiServer")["runtime-config"] == "scheduling.k8s.io/v1beta1=true"
+    for component in ("controllerManager", "scheduler"):
+        assert "runtime-config" not in api.args(component)
+    provider.delete("id", props)
+    assert api.document() == before
+
+
+def test_kubeadm_config_keeps_the_runtime_config_entries_it_found() -> None:
+    api = FakeConfigMapApi(V1BETA4)
+    other = {**_stack("other"), "runtime_config": {"resource.k8s.io/v1beta2": True}}
+    _create(_provider(api), _props(**other))
+    provider = _provider(api)
+    props = _create(provider, _props(runtime_config={"scheduling.k8s.io/v1beta1": True}))
+    assert api.args("apiServer")["runtime-config"] == (
+        "resource.k8s.io/v1beta2=true,scheduling.k8s.io/v1beta1=true"
+    )
+    provider.delete("id", props)
+    assert api.args("apiServer")["runtime-config"] == "resource.k8s.io/v1beta2=true"
+
+
+def test_kubeadm_config_a_stack_without_runtime_config_sees_no_change() -> None:
+    provider = _provider(FakeConfigMapApi(V1BETA4))
+    olds = _props()
+    assert provider.diff("id", olds, _props()).changes is False
+    assert provider.diff("id", olds, _props(runtime_config={})).changes is False
+    assert provider.diff("id", olds, _props(runtime_config={"a.io/v1": True})).changes is True

@@ -109,17 +109,28 @@ class PodNetwork:
             self._added = False
 
 
+def _items_flag(flag: str, items: Mapping[str, bool] | None) -> list[str]:
+    """`[--flag=A=true,B=false]` for `items`, sorted; nothing for none."""
+    if not items:
+        return []
+    return [f"{flag}=" + ",".join(f"{k}={str(v).lower()}" for k, v in sorted(items.items()))]
+
+
 class LocalCluster(Lifecycle):
     """etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok on 127.0.0.1.
 
     ``admission_plugins`` are enabled on the API server in addition to its defaults (for
-    example ``ExtendedResourceToleration``, as ControlPlaneFeatures enables it on real clusters).
+    example ``ExtendedResourceToleration``, as ControlPlaneFeatures enables it on real clusters);
+    ``feature_gates`` are set on the API server and the controller manager, and
+    ``runtime_config`` on the API server, as kubeadm sets a ClusterConfiguration's.
     """
 
     def __init__(
         self,
         *,
         admission_plugins: Sequence[str] = (),
+        feature_gates: Mapping[str, bool] | None = None,
+        runtime_config: Mapping[str, bool] | None = None,
         extra_apiserver_flags: Sequence[str] = (),
         startup_timeout: float = 120.0,
         base_dir: str | Path | None = None,
@@ -127,6 +138,8 @@ class LocalCluster(Lifecycle):
         flags = ["--enable-aggregator-routing=true"]
         if admission_plugins:
             flags.append(f"--enable-admission-plugins={','.join(admission_plugins)}")
+        self.component_flags = _items_flag("--feature-gates", feature_gates)
+        flags += self.component_flags + _items_flag("--runtime-config", runtime_config)
         self.control_plane = LocalControlPlane(
             [*flags, *extra_apiserver_flags],
             startup_timeout=startup_timeout,
@@ -149,7 +162,11 @@ class LocalCluster(Lifecycle):
             self.pod_network.claim()
             cp.start()
             self._controller_manager = ControllerManager(
-                require_tool("kube-controller-manager"), cp.workdir, cp.kubeconfig_path, cp.pki
+                require_tool("kube-controller-manager"),
+                cp.workdir,
+                cp.kubeconfig_path,
+                cp.pki,
+                self.component_flags,
             )
             self._controller_manager.start(self.startup_timeout, watch=[cp.apiserver_process])
             self._scheduler = cp.start_scheduler("", timeout=self.startup_timeout)

@@ -12,8 +12,16 @@ from .child_process import ManagedProcess, free_port, http_ok, unverified_contex
 class ControllerManager:
     """Every controller, each with its own ServiceAccount's credentials."""
 
-    def __init__(self, binary: Path, workdir: Path, kubeconfig: Path, pki: ControlPlanePki):
+    def __init__(
+        self,
+        binary: Path,
+        workdir: Path,
+        kubeconfig: Path,
+        pki: ControlPlanePki,
+        extra_flags: Sequence[str] = (),
+    ):
         self.binary = binary
+        self.extra_flags = list(extra_flags)
         self.kubeconfig = kubeconfig
         self.pki = pki
         self.log_path = workdir / "kube-controller-manager.log"
@@ -36,6 +44,7 @@ class ControllerManager:
             f"--root-ca-file={self.pki.ca}",
             f"--service-account-private-key-file={self.pki.service_account_key}",
             "--profiling=false",
+            *self.extra_flags,
         ]
 
     def start(self, timeout: float, watch: Sequence[ManagedProcess | None] = ()) -> None:

@@ -26,6 +26,7 @@ import yaml
 from kubernetes import client, dynamic
 from pulumi import automation as auto
 
+from components.binpack_scheduler.settings import BinpackSchedulerSettings
 from tools.harness.charts import MONITORING_CRDS, chart_overrides
 from tools.harness.child_process import Lifecycle
 from tools.harness.cluster import CLUSTER_TOOLS, LocalCluster
@@ -50,8 +51,11 @@ STACK_TOOLS = (
     *WHOLE_PROGRAM_TOOLS,
 )
 
-# What ControlPlaneFeatures turns on in the real clusters' API servers.
+# What ControlPlaneFeatures turns on in the real clusters' API servers: the admission plugin,
+# and the feature gate and API version gang scheduling needs (scheduler.gangScheduling), so
+# the local cluster serves PodGroups whichever stack runs on it.
 ADMISSION_PLUGINS = ("ExtendedResourceToleration",)
+GANG_NEEDS = BinpackSchedulerSettings(gang_scheduling=True).control_plane_needs
 LOCAL_CONTEXT = "local"
 
 
@@ -185,7 +189,10 @@ class AppliedStack(Lifecycle):
         self.log = log
         self._own_cluster = cluster is None
         self.cluster = cluster or LocalCluster(
-            admission_plugins=ADMISSION_PLUGINS, base_dir=workdir
+            admission_plugins=ADMISSION_PLUGINS,
+            feature_gates=GANG_NEEDS.feature_gates,
+            runtime_config=GANG_NEEDS.runtime_config,
+            base_dir=workdir,
         )
         self.overrides = dict(overrides or {})
         self.pulumi: ProjectStack | None = None

@@ -15,7 +15,7 @@
 # Environment: STACK_DIR (this stack's state and patches, named by the stack's id; its parent
 # holds every stack's), FORMER (names of directories beside it that an earlier version kept
 # for this stack, keyed by the stack's name: control-plane, kubelet and kubelet-remove adopt
-# them first), OURS (the admission plugins and gates the stack adds, space separated:
+# them first), OURS (the admission plugins, gates and API versions the stack adds, space separated:
 # regenerating may drop those), GATES (kubelet gates, `Name=true,...`; for kubelet-remove the
 # ones it set), TIMEOUT (kubelet health wait, seconds). MANIFESTS, KUBELET_CONFIG,
 # INSTANCE_CONFIG and HEALTHZ default to kubeadm's and the kubelet's paths.
@@ -30,7 +30,7 @@ INSTANCE_CONFIG=${INSTANCE_CONFIG:-$(dirname "$KUBELET_CONFIG")/instance-config.
 STATE=$(dirname "${STACK_DIR:?STACK_DIR is required}")
 PATCH=kubeletconfiguration+strategic.yaml
 COMPONENTS="kube-apiserver kube-controller-manager kube-scheduler"
-MANAGED='^[[:space:]]*- --(enable-admission-plugins|feature-gates)='
+MANAGED='^[[:space:]]*- --(enable-admission-plugins|feature-gates|runtime-config)='
 # Only the manifests: etcd and the certificates are not this layer's to touch.
 PHASE_FLAGS="--etcd-upgrade=false --certificate-renewal=false"
 
@@ -63,7 +63,7 @@ dropped() {
   grep -v '^[[:space:]]*$' "$2" >"$2.lines" || true
   grep -vxF -f "$2.lines" "$1" | grep -v '^[[:space:]]*$' | grep -vE "$MANAGED" || true
   ours=" $OURS $(cat "$STACK_DIR/control-plane-items" 2>/dev/null || true) "
-  for flag in enable-admission-plugins feature-gates; do
+  for flag in enable-admission-plugins feature-gates runtime-config; do
     flag_items "$1" "$flag" >"$2.live"
     flag_items "$2" "$flag" >"$2.new"
     comm -23 "$2.live" "$2.new" | while read -r item; do
