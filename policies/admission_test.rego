@@ -4,8 +4,8 @@ package system
 
 gate_config := {
 	"scheduler_name": "gpu-binpack-scheduler",
-	"gpu_resources": ["nvidia.com/gpu", "example.com/dongle"],
-	"gpu_resource_prefixes": ["nvidia.com/mig-"],
+	"gpu_resources": "nvidia.com/gpu,example.com/dongle",
+	"gpu_resource_prefixes": "nvidia.com/mig-",
 }
 
 review_uid := "705ab4f5-6393-11e8-b7cc-42010a800002"
@@ -83,7 +83,7 @@ test_main_denies_gpu_pod_when_config_missing if {
 	main.response == {
 		"uid": review_uid,
 		"allowed": false,
-		"status": {"code": 403, "message": `pod "team-a/train-0" requests nvidia.com/gpu but the GPU scheduler gate is not configured (data.gpu_cluster.config is missing or not an object); GPU pods are refused until it is`},
+		"status": {"code": 403, "message": `pod "team-a/train-0" requests nvidia.com/gpu but the GPU scheduler gate is not configured (the parameter document is missing or not an object); GPU pods are refused until it is`},
 	} with input as make_review(pod_request({"nvidia.com/gpu": "1"}, "gpu-binpack-scheduler", {}))
 }
 

@@ -13,12 +13,12 @@
 # its key (a pool pod: the default scheduler could place it on the pool beside the GPU pods the
 # binpack scheduler places there, each seeing room the other has just taken) is denied too off
 # the binpack scheduler, unless it is created bound to a node or by the DaemonSet controller
-# for a DaemonSet (data.gpu_cluster.config.pool_pods).
+# for a DaemonSet (pool_pods.* of data.gpu_cluster.config).
 # Not judged: a node's mirror pods of its static pods, and the GPU Operator's own pods
-# (data.gpu_cluster.config.operator_pods).
+# (operator_pods.* of data.gpu_cluster.config).
 #
 # Input: an admission.k8s.io/v1 AdmissionReview (input.request).
-# Data:  data.gpu_cluster.config, see README.md. Missing or malformed
+# Data:  data.gpu_cluster.config, the parameter document, see README.md. Missing or malformed
 #        configuration fails closed: GPU pods are denied, other pods are not.
 package gpu_cluster.gpu_scheduler
 
@@ -31,14 +31,17 @@ baseline_gpu_resource_prefixes := {"nvidia.com/mig-"}
 
 config_lists := ["gpu_resources", "gpu_resource_prefixes"]
 
-operator_pod_lists := ["creators", "daemonset_controllers"]
+operator_keys := ["operator_pods.namespace", "operator_pods.creators", "operator_pods.daemonset_controllers"]
+
+pool_keys := ["pool_pods.taint.key", "pool_pods.taint.value", "pool_pods.taint.effect", "pool_pods.daemonset_controllers"]
 
 # The API server refuses resources on ephemeral containers and on CREATE refuses them
 # altogether; they are scanned anyway, as nothing may hide a GPU request.
 # Ref: https://kubernetes.io/docs/concepts/workloads/pods/ephemeral-containers/
 container_fields := ["containers", "initContainers", "ephemeralContainers"]
 
-# Configuration
+# Configuration: one parameter document of string keys and values (README.md, "Data
+# contract"), the native policies' params ConfigMap data. Lists are comma-separated.
 
 config := data.gpu_cluster.config
 
@@ -52,66 +55,72 @@ configured_scheduler_name := name if {
 # undefined, because the argument is evaluated outside the `not`.
 config_is_object if is_object(config)
 
-config_errors contains "data.gpu_cluster.config is missing or not an object" if not config_is_object
+config_errors contains "the parameter document is missing or not an object" if not config_is_object
 
-config_errors contains "data.gpu_cluster.config.scheduler_name must be a non-empty string" if {
+config_errors contains "scheduler_name must be a non-empty string" if {
 	config_is_object
 	not configured_scheduler_name
 }
 
-config_errors contains sprintf("data.gpu_cluster.config.%s must be a list of non-empty strings", [key]) if {
+config_errors contains sprintf("%s must be a comma-separated list of non-empty strings", [key]) if {
 	some key in config_lists
 	value := config[key]
-	not non_empty_strings(value)
+	not valid_list(value)
 }
 
-config_errors contains "data.gpu_cluster.config.operator_pods must be an object with a non-empty namespace and lists of non-empty strings creators and daemonset_controllers" if {
-	operator := config.operator_pods
-	operator != null
-	not valid_operator_pods(operator)
+config_errors contains "operator_pods.namespace (non-empty), operator_pods.creators and operator_pods.daemonset_controllers (comma-separated lists of non-empty strings) must be set together" if {
+	some key in operator_keys
+	config[key]
+	not valid_operator_pods
 }
 
-non_empty_strings(value) if {
-	is_array(value)
-	every item in value {
-		is_string(item)
+config_errors contains "pool_pods.taint.key (non-empty), pool_pods.taint.value, pool_pods.taint.effect (non-empty) and pool_pods.daemonset_controllers (a comma-separated list of non-empty strings) must be set together" if {
+	some key in pool_keys
+	config[key]
+	not valid_pool_pods
+}
+
+# The items of a comma-separated list; "" is the empty list.
+list_items(value) := [] if value == ""
+
+list_items(value) := split(value, ",") if {
+	is_string(value)
+	value != ""
+}
+
+valid_list(value) if {
+	items := list_items(value)
+	every item in items {
 		item != ""
 	}
 }
 
-config_errors contains "data.gpu_cluster.config.pool_pods must be an object with a taint of strings key (non-empty), value and effect (non-empty) and a list of non-empty strings daemonset_controllers" if {
-	pool := config.pool_pods
-	pool != null
-	not valid_pool_pods(pool)
+non_empty_string(value) if {
+	is_string(value)
+	value != ""
 }
 
-valid_pool_pods(pool) if {
-	is_string(pool.taint.key)
-	pool.taint.key != ""
-	is_string(pool.taint.value)
-	is_string(pool.taint.effect)
-	pool.taint.effect != ""
-	non_empty_strings(pool.daemonset_controllers)
+valid_operator_pods if {
+	non_empty_string(config["operator_pods.namespace"])
+	valid_list(config["operator_pods.creators"])
+	valid_list(config["operator_pods.daemonset_controllers"])
 }
 
-valid_operator_pods(operator) if {
-	is_string(operator.namespace)
-	operator.namespace != ""
-	every key in operator_pod_lists {
-		non_empty_strings(operator[key])
-	}
+valid_pool_pods if {
+	non_empty_string(config["pool_pods.taint.key"])
+	is_string(config["pool_pods.taint.value"])
+	non_empty_string(config["pool_pods.taint.effect"])
+	valid_list(config["pool_pods.daemonset_controllers"])
 }
 
 gpu_resources := baseline_gpu_resources | {name |
-	some name in config.gpu_resources
-	is_string(name)
+	some name in list_items(config.gpu_resources)
 	name != ""
 }
 
 # An empty prefix would match every resource, cpu included; it is reported above, never used.
 gpu_resource_prefixes := baseline_gpu_resource_prefixes | {prefix |
-	some prefix in config.gpu_resource_prefixes
-	is_string(prefix)
+	some prefix in list_items(config.gpu_resource_prefixes)
 	prefix != ""
 }
 
@@ -371,10 +380,13 @@ owned_by_a_daemonset if {
 }
 
 # The operator's pods' description, when valid and the request is in its namespace.
-operator_pods := operator if {
-	operator := config.operator_pods
-	valid_operator_pods(operator)
-	request.namespace == operator.namespace
+operator_pods := {
+	"namespace": config["operator_pods.namespace"],
+	"creators": list_items(config["operator_pods.creators"]),
+	"daemonset_controllers": list_items(config["operator_pods.daemonset_controllers"]),
+} if {
+	valid_operator_pods
+	request.namespace == config["operator_pods.namespace"]
 }
 
 # Pool pods: placed by the binpack scheduler alone, as GPU pods are (two schedulers binding to
@@ -383,10 +395,11 @@ operator_pods := operator if {
 # keeps them), not a toleration of every taint (empty key, Exists: infrastructure).
 
 # The pool's taint, when the data names a valid one.
-pool_taint := pool.taint if {
-	pool := config.pool_pods
-	valid_pool_pods(pool)
-}
+pool_taint := {
+	"key": config["pool_pods.taint.key"],
+	"value": config["pool_pods.taint.value"],
+	"effect": config["pool_pods.taint.effect"],
+} if valid_pool_pods
 
 # A toleration that names the pool taint's key and tolerates it, as the scheduler matches them:
 # an empty effect or the taint's, Exists for every value, Equal (or no operator) for the same.
@@ -405,7 +418,8 @@ toleration_value_matches(toleration) if {
 }
 
 pool_daemonset_pod if {
-	request.userInfo.username in config.pool_pods.daemonset_controllers
+	valid_pool_pods
+	request.userInfo.username in list_items(config["pool_pods.daemonset_controllers"])
 	owned_by_a_daemonset
 }
 

@@ -4,8 +4,8 @@ package gpu_cluster.gpu_scheduler
 
 gate_config := {
 	"scheduler_name": "gpu-binpack-scheduler",
-	"gpu_resources": ["nvidia.com/gpu", "example.com/dongle"],
-	"gpu_resource_prefixes": ["nvidia.com/mig-"],
+	"gpu_resources": "nvidia.com/gpu,example.com/dongle",
+	"gpu_resource_prefixes": "nvidia.com/mig-",
 }
 
 container(name, resources) := {"name": name, "image": "registry.example/train:1", "resources": resources}
@@ -142,7 +142,7 @@ test_deny_configured_extended_resource if {
 
 test_deny_configured_prefix if {
 	deny == {`pod "team-a/train-0" requests example.com/vgpu-a10 but spec.schedulerName is unset; GPU pods must set spec.schedulerName: gpu-binpack-scheduler`} with input as gpu_pod_review({"containers": [container("main", {"limits": {"example.com/vgpu-a10": "1"}})]})
-		with data.gpu_cluster.config as object.union(gate_config, {"gpu_resource_prefixes": ["example.com/vgpu-"]})
+		with data.gpu_cluster.config as object.union(gate_config, {"gpu_resource_prefixes": "example.com/vgpu-"})
 }
 
 test_allow_extended_resource_not_configured if {
@@ -155,7 +155,7 @@ test_baseline_resources_gated_when_config_lists_omit_them if {
 		unset_gpu_denial,
 		`pod "team-a/train-0" requests nvidia.com/mig-2g.10gb but spec.schedulerName is unset; GPU pods must set spec.schedulerName: gpu-binpack-scheduler`,
 	} with input as gpu_pod_review({"containers": [container("main", {"limits": {"nvidia.com/gpu": "1", "nvidia.com/mig-2g.10gb": "1"}})]})
-		with data.gpu_cluster.config as {"scheduler_name": "gpu-binpack-scheduler", "gpu_resources": [], "gpu_resource_prefixes": []}
+		with data.gpu_cluster.config as {"scheduler_name": "gpu-binpack-scheduler", "gpu_resources": "", "gpu_resource_prefixes": ""}
 }
 
 test_deny_one_message_per_resource if {
@@ -319,7 +319,7 @@ test_message_for_unnamed_pod if {
 # Configuration (fail closed for GPU pods, never for the rest)
 
 test_deny_gpu_pod_when_config_missing if {
-	deny == {`pod "team-a/train-0" requests nvidia.com/gpu but the GPU scheduler gate is not configured (data.gpu_cluster.config is missing or not an object); GPU pods are refused until it is`} with input as gpu_pod_review(binpack)
+	deny == {`pod "team-a/train-0" requests nvidia.com/gpu but the GPU scheduler gate is not configured (the parameter document is missing or not an object); GPU pods are refused until it is`} with input as gpu_pod_review(binpack)
 }
 
 test_allow_cpu_pod_when_config_missing if {
@@ -327,18 +327,18 @@ test_allow_cpu_pod_when_config_missing if {
 }
 
 test_deny_gpu_pod_when_scheduler_name_missing if {
-	deny == {`pod "team-a/train-0" requests nvidia.com/gpu but the GPU scheduler gate is not configured (data.gpu_cluster.config.scheduler_name must be a non-empty string); GPU pods are refused until it is`} with input as gpu_pod_review(binpack)
+	deny == {`pod "team-a/train-0" requests nvidia.com/gpu but the GPU scheduler gate is not configured (scheduler_name must be a non-empty string); GPU pods are refused until it is`} with input as gpu_pod_review(binpack)
 		with data.gpu_cluster.config as object.remove(gate_config, ["scheduler_name"])
 }
 
 test_deny_gpu_pod_when_config_lists_malformed if {
-	deny == {`pod "team-a/train-0" requests nvidia.com/gpu but the GPU scheduler gate is not configured (data.gpu_cluster.config.gpu_resource_prefixes must be a list of non-empty strings; data.gpu_cluster.config.gpu_resources must be a list of non-empty strings); GPU pods are refused until it is`} with input as gpu_pod_review(binpack)
-		with data.gpu_cluster.config as {"scheduler_name": "gpu-binpack-scheduler", "gpu_resources": "nvidia.com/gpu", "gpu_resource_prefixes": [""]}
+	deny == {`pod "team-a/train-0" requests nvidia.com/gpu but the GPU scheduler gate is not configured (gpu_resource_prefixes must be a comma-separated list of non-empty strings; gpu_resources must be a comma-separated list of non-empty strings); GPU pods are refused until it is`} with input as gpu_pod_review(binpack)
+		with data.gpu_cluster.config as {"scheduler_name": "gpu-binpack-scheduler", "gpu_resources": ["nvidia.com/gpu"], "gpu_resource_prefixes": ","}
 }
 
 test_empty_prefix_never_gates_cpu if {
 	count(deny) == 0 with input as review_of({})
-		with data.gpu_cluster.config as object.union(gate_config, {"gpu_resource_prefixes": [""]})
+		with data.gpu_cluster.config as object.union(gate_config, {"gpu_resource_prefixes": "nvidia.com/mig-,"})
 }
 
 test_config_errors_empty_for_valid_config if {
@@ -350,7 +350,7 @@ test_config_lists_are_optional if {
 }
 
 test_config_that_is_not_an_object_is_an_error if {
-	config_errors == {"data.gpu_cluster.config is missing or not an object"} with data.gpu_cluster.config as "gpu-binpack-scheduler"
+	config_errors == {"the parameter document is missing or not an object"} with data.gpu_cluster.config as "gpu-binpack-scheduler"
 }
 
 # A pod created bound to a node
@@ -480,11 +480,11 @@ test_deny_unnamed_resource_claim if {
 
 # The GPU Operator's own pods
 
-operator_config := object.union(gate_config, {"operator_pods": {
-	"namespace": "gpu-operator",
-	"creators": ["system:serviceaccount:gpu-operator:nvidia-operator-validator"],
-	"daemonset_controllers": ["system:kube-controller-manager", "system:serviceaccount:kube-system:daemon-set-controller"],
-}})
+operator_config := object.union(gate_config, {
+	"operator_pods.namespace": "gpu-operator",
+	"operator_pods.creators": "system:serviceaccount:gpu-operator:nvidia-operator-validator",
+	"operator_pods.daemonset_controllers": "system:kube-controller-manager,system:serviceaccount:kube-system:daemon-set-controller",
+})
 
 validator := {"username": "system:serviceaccount:gpu-operator:nvidia-operator-validator", "groups": ["system:serviceaccounts"]}
 
@@ -554,11 +554,11 @@ test_deny_a_daemonset_owner_written_by_someone_else if {
 }
 
 test_malformed_operator_pods_are_a_config_error if {
-	config_errors == {"data.gpu_cluster.config.operator_pods must be an object with a non-empty namespace and lists of non-empty strings creators and daemonset_controllers"} with data.gpu_cluster.config as object.union(gate_config, {"operator_pods": {"namespace": "", "creators": "x"}})
+	config_errors == {"operator_pods.namespace (non-empty), operator_pods.creators and operator_pods.daemonset_controllers (comma-separated lists of non-empty strings) must be set together"} with data.gpu_cluster.config as object.union(gate_config, {"operator_pods.namespace": "", "operator_pods.creators": "x"})
 }
 
 test_malformed_operator_pods_exempt_nobody if {
-	config := object.union(gate_config, {"operator_pods": {"namespace": "gpu-operator", "creators": "system:serviceaccount:gpu-operator:nvidia-operator-validator"}})
+	config := object.union(gate_config, {"operator_pods.namespace": "gpu-operator", "operator_pods.creators": "system:serviceaccount:gpu-operator:nvidia-operator-validator"})
 	count(deny) == 1 with input as make_review(plugin_validator_pod("gpu-operator"), in_namespace("gpu-operator", validator))
 		with data.gpu_cluster.config as config
 }
@@ -732,10 +732,12 @@ test_allow_status_update_of_a_pod_with_visible_devices if {
 
 # Pool pods: whatever tolerates the GPU pool's taint is placed by the binpack scheduler alone.
 
-pool_config := object.union(gate_config, {"pool_pods": {
-	"taint": {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
-	"daemonset_controllers": ["system:kube-controller-manager", "system:serviceaccount:kube-system:daemon-set-controller"],
-}})
+pool_config := object.union(gate_config, {
+	"pool_pods.taint.key": "nvidia.com/gpu",
+	"pool_pods.taint.value": "present",
+	"pool_pods.taint.effect": "NoSchedule",
+	"pool_pods.daemonset_controllers": "system:kube-controller-manager,system:serviceaccount:kube-system:daemon-set-controller",
+})
 
 # team-a/train-0 with one CPU-only container and `tolerations`; spec overrides merge in.
 pool_pod_review(tolerations, spec_overrides) := review_of({"spec": object.union({"tolerations": tolerations}, spec_overrides)})
@@ -827,7 +829,7 @@ test_allow_a_pool_pod_without_pool_data if {
 }
 
 test_pool_taint_key_comes_from_the_data if {
-	config := object.union(pool_config, {"pool_pods": {"taint": {"key": "gpu-cluster.io/pool", "value": "a100", "effect": "PreferNoSchedule"}}})
+	config := object.union(pool_config, {"pool_pods.taint.key": "gpu-cluster.io/pool", "pool_pods.taint.value": "a100", "pool_pods.taint.effect": "PreferNoSchedule"})
 	count(deny) == 0 with input as pool_pod_review(tolerates_pool, {})
 		with data.gpu_cluster.config as config
 	count(deny) == 1 with input as pool_pod_review([{"key": "gpu-cluster.io/pool", "value": "a100"}], {})
@@ -841,5 +843,5 @@ test_allow_a_running_pool_pod_being_debugged if {
 }
 
 test_malformed_pool_pods_are_a_config_error if {
-	config_errors == {"data.gpu_cluster.config.pool_pods must be an object with a taint of strings key (non-empty), value and effect (non-empty) and a list of non-empty strings daemonset_controllers"} with data.gpu_cluster.config as object.union(gate_config, {"pool_pods": {"taint": {"key": ""}, "daemonset_controllers": []}})
+	config_errors == {"pool_pods.taint.key (non-empty), pool_pods.taint.value, pool_pods.taint.effect (non-empty) and pool_pods.daemonset_controllers (a comma-separated list of non-empty strings) must be set together"} with data.gpu_cluster.config as object.union(gate_config, {"pool_pods.taint.key": "", "pool_pods.daemonset_controllers": ""})
 }

@@ -11,8 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
-from components.opa_gate.manifests import GATE_CONFIG_FILE, GATE_CONFIGMAP
-from policies.gpu_scheduler_cel import literal
+from components.opa_gate.manifests import (
+    GATE_CONFIG_FILE,
+    GATE_CONFIGMAP,
+    GATE_PARAMS_CONFIGMAP,
+    gate_list,
+)
 from tests.conftest import Recording, run_program
 from tools.harness.pulumi_engine import project_config
 
@@ -32,33 +36,23 @@ def _kubeconfig(empty_kubeconfig_env: Path) -> None:
 
 
 def _gate_lists(recording: Recording, engine: str) -> tuple[list[str], list[str]]:
-    """The GPU resource names and prefixes the applied gate matches, read from its objects;
-    the condition that sends pods to it (the routing policy's, the webhook's) uses the same."""
+    """The GPU resource names and prefixes the applied gate matches, read from its parameter
+    document: OPA's gate.json, or the params ConfigMap the native policies read. The webhook's
+    match condition, which cannot read a parameter, has the same document written in."""
+    maps = recording.of_type("kubernetes:core/v1:ConfigMap")
     if engine == "opa":
-        maps = recording.of_type("kubernetes:core/v1:ConfigMap")
         (config,) = [r for r in maps if r.inputs["metadata"]["name"] == GATE_CONFIGMAP]
         data = json.loads(config.inputs["data"][GATE_CONFIG_FILE])
-        names, prefixes = data["gpu_resources"], data["gpu_resource_prefixes"]
         (webhook,) = recording.of_type(WEBHOOK)
         conditions = [
             c["expression"] for w in webhook.inputs["webhooks"] for c in w["matchConditions"]
         ]
+        document = json.dumps(data["gpu_resources"])
+        assert any(document in e for e in conditions), conditions
     else:
-        (policy,) = recording.of_type(VAP)
-        variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
-        names, prefixes = (
-            json.loads(variables["gpuResources"]),
-            json.loads(variables["gpuPrefixes"]),
-        )
-        conditions = [
-            c["expression"]
-            for p in recording.of_type(MAP)
-            for c in p.inputs["spec"]["matchConditions"]
-        ]
-    if conditions:
-        lists = (literal(names), literal(prefixes))
-        assert any(all(part in e for part in lists) for e in conditions), conditions
-    return names, prefixes
+        (params,) = [r for r in maps if r.inputs["metadata"]["name"] == GATE_PARAMS_CONFIGMAP]
+        data = params.inputs["data"]
+    return gate_list(data, "gpu_resources"), gate_list(data, "gpu_resource_prefixes")
 
 
 def _gated(lists: tuple[list[str], list[str]], name: str) -> bool:

@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from components.cluster_access import CLAIM_KEY, CLAIM_LABEL_KEY, PATCH_FORCE
+from components.opa_gate.manifests import GATE_PARAMS_CONFIGMAP, gate_list
 from stack_config import LAYERS, ConfigError, decode_raw_config, parse_stack_config
-from tests.conftest import ROOT, Recording, register, run_program, stack_config
+from tests.conftest import ROOT, Recording, Registration, register, run_program, stack_config
 
 
 @pytest.fixture(autouse=True)
@@ -140,20 +141,34 @@ def test_main_refuses_kubeconfig_content_set_without_secret_before_declaring_any
     assert recording.resources == []
 
 
+def _gate_params(recording: Recording) -> Registration:
+    """The gate's parameter document (components/opa_gate/manifests.py gate_data), the
+    ConfigMap the native policies read as `params`."""
+    (params,) = [
+        r
+        for r in recording.of_type("kubernetes:core/v1:ConfigMap")
+        if r.inputs["metadata"]["name"] == GATE_PARAMS_CONFIGMAP
+    ]
+    return params
+
+
 def test_main_gate_takes_scheduler_name_and_advertised_resources_from_their_layers() -> None:
     recording = run_program("dev")
-    (policy,) = recording.of_type(
-        "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
-    )
-    variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
-    assert variables["requiredScheduler"] == '"gpu-binpack-scheduler"'
+    params = _gate_params(recording)
+    data = params.inputs["data"]
+    assert data["scheduler_name"] == "gpu-binpack-scheduler"
     names = ["amd.com/gpu", "example.com/dongle", "gpu.intel.com/i915", "gpu.intel.com/xe"]
     names += ["nvidia.com/gpu", "nvidia.com/gpu.shared"]
-    assert variables["gpuResources"] == json.dumps(names)
-    assert variables["gpuPrefixes"] == '["nvidia.com/mig-"]'
+    assert gate_list(data, "gpu_resources") == names
+    assert gate_list(data, "gpu_resource_prefixes") == ["nvidia.com/mig-"]
     scheduler = recording.named("binpack-scheduler-deployment")
     dongle = recording.named("extended-resources-nodes")
-    assert {scheduler.urn, dongle.urn} <= set(policy.dependencies)
+    assert {scheduler.urn, dongle.urn} <= set(params.dependencies)
+    # The policy reads them as its parameter, from that ConfigMap by name.
+    (binding,) = recording.of_type(
+        "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
+    )
+    assert binding.inputs["spec"]["paramRef"]["name"] == GATE_PARAMS_CONFIGMAP
 
 
 def test_main_engines_and_failure_policy_differ_per_stack() -> None:
@@ -173,17 +188,16 @@ def test_main_engines_and_failure_policy_differ_per_stack() -> None:
 
 def test_main_routing_gives_gpu_pods_the_pools_toleration() -> None:
     recording = run_program("dev", {"admission": {"engine": "mutating-admission-policy"}})
-    (routing,) = recording.of_type(
-        "kubernetes:admissionregistration.k8s.io/v1:MutatingAdmissionPolicy"
-    )
-    (_, tolerate) = (m["jsonPatch"]["expression"] for m in routing.inputs["spec"]["mutations"])
-    # The toleration comes from the pool's output: the taint written once, in gpuPool.
-    assert (
-        'Object.spec.tolerations{key: "nvidia.com/gpu", operator: "Equal", value: "present",'
-        ' effect: "NoSchedule"}'
-    ) in tolerate
+    params = _gate_params(recording)
+    # The taint comes from the pool's output: written once, in gpuPool.
+    taint = {k: params.inputs["data"][f"pool_pods.taint.{k}"] for k in ("key", "value", "effect")}
+    assert taint == {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
     (pool_nodes,) = recording.of_type("pulumi-python:dynamic/gpu-cluster:GpuPoolNodes")
-    assert pool_nodes.urn in routing.dependencies
+    assert pool_nodes.urn in params.dependencies
+    (binding,) = recording.of_type(
+        "kubernetes:admissionregistration.k8s.io/v1:MutatingAdmissionPolicyBinding"
+    )
+    assert binding.inputs["spec"]["paramRef"]["name"] == GATE_PARAMS_CONFIGMAP
 
 
 def test_main_gpu_operator_settings_name_what_is_gated_weighted_and_routed() -> None:
@@ -194,16 +208,10 @@ def test_main_gpu_operator_settings_name_what_is_gated_weighted_and_routed() -> 
     recording = run_program(
         "dev", {"gpuOperator": operator, "admission": {"engine": "mutating-admission-policy"}}
     )
-    (policy,) = recording.of_type(
-        "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+    # The validating and the routing policy read the one parameter document.
+    assert "nvidia.com/gpu.shared" in gate_list(
+        _gate_params(recording).inputs["data"], "gpu_resources"
     )
-    variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
-    assert "nvidia.com/gpu.shared" in json.loads(variables["gpuResources"])
-    (routing,) = recording.of_type(
-        "kubernetes:admissionregistration.k8s.io/v1:MutatingAdmissionPolicy"
-    )
-    (requests_gpu, _) = routing.inputs["spec"]["matchConditions"]
-    assert '"nvidia.com/gpu.shared"' in requests_gpu["expression"]
     config = yaml.safe_load(
         recording.named("binpack-scheduler-config").inputs["data"]["config.yaml"]
     )

@@ -22,6 +22,8 @@
 #                   (tools/go/promtool; checks and unit-tests the GPU alert rules)
 #   promql-metrics  tools/go/promtool/cmd/promql-metrics  (same module: Prometheus' PromQL
 #                   parser, lists the metrics each dashboard expression selects)
+#   celgate         tools/go/celgate (k8s.io/apiserver v0.37.2's CEL libraries: the gate's
+#                   policies judged without a cluster, as the admission plugins judge them)
 #
 # and, for `make scheduler-image` only (not in the default set):
 #
@@ -156,6 +158,10 @@ build_promql_metrics() {
   build promql-metrics "${promtool_version}" "${go_dir}/promtool" ./cmd/promql-metrics "-s -w"
 }
 
+build_celgate() {
+  build celgate "${k8s_version}" "${go_dir}/celgate" . "-s -w"
+}
+
 build_ko() {
   build ko "${ko_version}" "${go_dir}/ko" github.com/google/ko \
     "-s -w -X github.com/google/ko/pkg/commands.Version=${ko_version}"
@@ -172,7 +178,7 @@ build_ko_base() {
 
 tools=("$@")
 if [[ ${#tools[@]} -eq 0 ]]; then
-  tools=(opa etcd kube-apiserver kube-controller-manager kube-scheduler kubeadm gpu-binpack-scheduler kwok monitoring-crds promtool promql-metrics)
+  tools=(opa etcd kube-apiserver kube-controller-manager kube-scheduler kubeadm gpu-binpack-scheduler kwok monitoring-crds promtool promql-metrics celgate)
 fi
 
 for tool in "${tools[@]}"; do
@@ -185,10 +191,11 @@ for tool in "${tools[@]}"; do
     monitoring-crds) build_monitoring_crds ;;
     promtool) build_promtool ;;
     promql-metrics) build_promql_metrics ;;
+    celgate) build_celgate ;;
     ko) build_ko ;;
     crane) build_crane ;;
     ko-base) build_ko_base ;;
-    *) echo "unknown tool: ${tool} (known: opa etcd kube-apiserver kube-controller-manager kube-scheduler kubeadm gpu-binpack-scheduler kwok monitoring-crds promtool promql-metrics ko crane ko-base)" >&2; exit 2 ;;
+    *) echo "unknown tool: ${tool} (known: opa etcd kube-apiserver kube-controller-manager kube-scheduler kubeadm gpu-binpack-scheduler kwok monitoring-crds promtool promql-metrics celgate ko crane ko-base)" >&2; exit 2 ;;
   esac
 done
 echo "tools in ${bin_dir}"

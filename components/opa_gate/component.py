@@ -41,8 +41,10 @@ admits tolerates the GPU pool's taint, or the stack config is refused
   containers added with the variable, are sent to OPA (matchConditions). GPU pods get the pool's toleration only from
   the API server's ExtendedResourceToleration plugin (controlPlane.admissionPlugins).
 - `validating-admission-policy`: a native ValidatingAdmissionPolicy (CEL, GA since 1.30)
-  with the same data written into its CEL and the same rule and message as OPA's; no webhook
-  server at all. Tolerations as with `opa`.
+  with the same rule and message as OPA's; no webhook server at all. Tolerations as with `opa`.
+The native policies are static (policies/gpu_scheduler.cel.yaml) and read the gate data from
+their parameter, a ConfigMap in the gate's namespace (`params`); OPA reads the same document
+as data.gpu_cluster.config.
 
 This module turns the objects of components/opa_gate/manifests.py into resources and wires
 them (the settings are components/opa_gate/settings.py); the TLS material, Pulumi state, is
@@ -64,6 +66,7 @@ from components.gpu_operator.settings import OperatorPods
 from components.opa_gate.manifests import (
     GATE_CONFIG_FILE,
     GATE_CONFIGMAP,
+    GATE_PARAMS_CONFIGMAP,
     OPA_NAME,
     OPA_POLICIES_CONFIGMAP,
     OPA_SELECTOR,
@@ -164,9 +167,10 @@ class OpaGate(ClusterLayer):
             ca_pem, not_after, policy_name = self._opa(config)
         else:
             ca_pem = not_after = pulumi.Output.from_input("")
-            policy_name = self._native(config)
+            params = self._params(config)
+            policy_name = self._native(params)
             if args.engine == ROUTING_ENGINE:
-                self._routing(config)
+                self._routing(params)
 
         self.engine = pulumi.Output.from_input(args.engine)
         self.namespace = namespace.metadata.apply(lambda _: args.namespace)
@@ -183,7 +187,7 @@ class OpaGate(ClusterLayer):
             }
         )
 
-    def _gate_data(self) -> pulumi.Output[dict[str, Any]]:
+    def _gate_data(self) -> pulumi.Output[dict[str, str]]:
         """gate_data() of the scheduler's name, every resource the settings gate and the
         pool's toleration (which pods are pool pods)."""
         args = self._args
@@ -357,28 +361,40 @@ class OpaGate(ClusterLayer):
 
     # ------------------------------------------------------------------ engine: native
 
-    def _native(self, config: pulumi.Output[dict[str, Any]]) -> pulumi.Output[str]:
+    def _params(self, config: pulumi.Output[dict[str, Any]]) -> k8s.core.v1.ConfigMap:
+        """The native policies' parameter: the gate data as the params ConfigMap's data. The
+        bindings name it, so it exists before them and goes after them."""
+        return k8s.core.v1.ConfigMap(
+            f"{self.pulumi_resource_name}-params",
+            metadata=self._meta(GATE_PARAMS_CONFIGMAP),
+            data=config,
+            opts=self._after_exclusions,
+        )
+
+    def _native(self, params: k8s.core.v1.ConfigMap) -> pulumi.Output[str]:
         """The ValidatingAdmissionPolicy and its binding: refuse GPU pods off the scheduler."""
         name, args = self.pulumi_resource_name, self._args
         policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
             f"{name}-policy",
             metadata=gate_metadata(GATE_NAME),
-            spec=config.apply(
-                lambda c: admission_policy_spec(
-                    c, args.failure_policy, gate_namespace=args.namespace
-                )
+            spec=admission_policy_spec(
+                failure_policy=args.failure_policy, gate_namespace=args.namespace
             ),
             opts=self._after_exclusions,
         )
         binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
             f"{name}-binding",
             metadata=gate_metadata(GATE_NAME),
-            spec=admission_policy_binding_spec(policy.metadata.name, gate_namespace=args.namespace),
+            spec=admission_policy_binding_spec(
+                policy.metadata.name,
+                gate_namespace=args.namespace,
+                params_name=params.metadata.name,
+            ),
             opts=self.children,
         )
         return binding.metadata.apply(lambda m: m.name)
 
-    def _routing(self, config: pulumi.Output[dict[str, Any]]) -> None:
+    def _routing(self, params: k8s.core.v1.ConfigMap) -> None:
         """Route GPU pods before the ValidatingAdmissionPolicy judges them."""
         name, args = self.pulumi_resource_name, self._args
         # admissionregistration.k8s.io/v1 (Kubernetes v1.36) is newer than the kubernetes SDK's
@@ -389,10 +405,8 @@ class OpaGate(ClusterLayer):
             api_version="admissionregistration.k8s.io/v1",
             kind="MutatingAdmissionPolicy",
             metadata=gate_metadata(GATE_NAME),
-            spec=pulumi.Output.all(config, args.pool_toleration).apply(
-                lambda v: routing_policy_spec(
-                    v[0], v[1], args.failure_policy, gate_namespace=args.namespace
-                )
+            spec=routing_policy_spec(
+                failure_policy=args.failure_policy, gate_namespace=args.namespace
             ),
             opts=self._after_exclusions,
         )
@@ -402,7 +416,9 @@ class OpaGate(ClusterLayer):
             kind="MutatingAdmissionPolicyBinding",
             metadata=gate_metadata(GATE_NAME),
             spec=routing_binding_spec(
-                policy.metadata.apply(lambda m: m["name"]), gate_namespace=args.namespace
+                policy.metadata.apply(lambda m: m["name"]),
+                gate_namespace=args.namespace,
+                params_name=params.metadata.name,
             ),
             opts=self.children,
         )

@@ -61,6 +61,17 @@ OPA_NAME = "opa"
 OPA_SERVING_SECRET = "opa-serving"
 OPA_POLICIES_CONFIGMAP = "opa-policies"
 GATE_CONFIGMAP = "gpu-gate-config"
+# The native policies' parameter object, a ConfigMap in the gate's namespace.
+GATE_PARAMS_CONFIGMAP = "gpu-gate-params"
+# How lists are written in the parameter document (no resource or user name holds a comma).
+LIST_SEPARATOR = ","
+# What the native policies read as `params`. A built-in kind: the API server always knows
+# it, whereas a policy whose paramKind it cannot resolve (a deleted CRD) is a configuration
+# error that, with failurePolicy Fail, refuses every request the policy matches, CPU pods
+# included; and a ConfigMap's data is always a map of strings, so no parameter can make an
+# expression fail on a type.
+# Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/generic/policy_source.go
+PARAM_KIND = {"apiVersion": "v1", "kind": "ConfigMap"}
 
 
 # --------------------------------------------------------------------------- gate data
@@ -73,31 +84,38 @@ def gate_data(
     *,
     operator_pods: OperatorPods | None = None,
     pool_toleration: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """The policies' data document, data.gpu_cluster.config (see policies/README.md).
+) -> dict[str, str]:
+    """The gate's one parameter document (policies/README.md, "Data contract"): string keys
+    and values, the data of the params ConfigMap the native policies read as `params`, and the
+    JSON OPA reads as data.gpu_cluster.config. Lists are comma-separated.
 
     Every GPU (components/gpu_resources.py) is gated whatever `resources` and `prefixes` add;
     `operator_pods` (the GPU Operator's own pods) are left out when None. `pool_toleration`
     (TaintedGpuPool's, which names the pool's taint exactly) makes the pods that tolerate the
     pool's taint `pool_pods`, kept on the scheduler like GPU pods; none when None.
     """
-    data: dict[str, Any] = {
+    data = {
         "scheduler_name": scheduler_name,
-        "gpu_resources": gated_names(resources),
-        "gpu_resource_prefixes": gated_prefixes(prefixes),
+        "gpu_resources": LIST_SEPARATOR.join(gated_names(resources)),
+        "gpu_resource_prefixes": LIST_SEPARATOR.join(gated_prefixes(prefixes)),
     }
     if operator_pods is not None:
-        data["operator_pods"] = {
-            "namespace": operator_pods.namespace,
-            "creators": sorted(operator_pods.creators),
-            "daemonset_controllers": sorted(operator_pods.daemonset_controllers),
-        }
+        data["operator_pods.namespace"] = operator_pods.namespace
+        data["operator_pods.creators"] = LIST_SEPARATOR.join(sorted(operator_pods.creators))
+        data["operator_pods.daemonset_controllers"] = LIST_SEPARATOR.join(
+            sorted(operator_pods.daemonset_controllers)
+        )
     if pool_toleration is not None:
-        data["pool_pods"] = {
-            "taint": {k: pool_toleration.get(k, "") for k in ("key", "value", "effect")},
-            "daemonset_controllers": sorted(DAEMONSET_CONTROLLERS),
-        }
+        for key in ("key", "value", "effect"):
+            data[f"pool_pods.taint.{key}"] = pool_toleration.get(key, "")
+        data["pool_pods.daemonset_controllers"] = LIST_SEPARATOR.join(sorted(DAEMONSET_CONTROLLERS))
     return data
+
+
+def gate_list(params: Mapping[str, str], key: str) -> list[str]:
+    """The list under `key` of a parameter document ([] when absent or empty)."""
+    value = params.get(key, "")
+    return value.split(LIST_SEPARATOR) if value else []
 
 
 def gate_metadata(name: str, namespace: str | None = None) -> dict[str, Any]:
@@ -173,121 +191,122 @@ def policy_match_constraints(
     }
 
 
-def gpu_request_condition(config: Mapping[str, Any]) -> str:
-    """CEL, true when the pod asks for a gated GPU resource.
+def webhook_condition(config: Mapping[str, str]) -> str:
+    """CEL, the webhook's match condition, for the parameter document `config` (gate_data()):
+    a GPU request of a pod being created, a pool pod, or NVIDIA_VISIBLE_DEVICES in a container
+    the request brings (a new pod's, or an ephemeral container being added), from a pod the
+    policy judges (not a mirror pod, not the GPU Operator's own: the device plugin's pods set
+    the variable). Other requests never reach OPA, so an OPA outage cannot hold them back.
 
-    Built from the same pieces as the ValidatingAdmissionPolicy's variables, with the lists
-    written in (match conditions have no variables).
+    A webhook's match conditions read neither params nor variables, so this is the static
+    condition of policies/gpu_scheduler.cel.yaml with its variables inlined and `params` set
+    to the document OPA reads (cel.webhook_conditions()).
+    Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions/matcher.go
     """
-    return cel.requests_gpu(config)
+    (condition,) = cel.webhook_conditions(config)
+    return condition["expression"]
 
 
-def routed_condition(config: Mapping[str, Any]) -> str:
-    """CEL, the routing policy's condition: a GPU request (gpu_request_condition), or a pool
-    pod the policy judges (cel.pool_pod: it tolerates the GPU pool's taint; not a mirror pod,
-    not the GPU Operator's own)."""
-    return (
-        f"({gpu_request_condition(config)}) || (!({cel.exempt(config)}) && {cel.pool_pod(config)})"
-    )
+def param_ref(gate_namespace: str, params_name: Any = GATE_PARAMS_CONFIGMAP) -> dict[str, Any]:
+    """A binding's paramRef: the params ConfigMap in the gate's namespace.
 
-
-def webhook_condition(config: Mapping[str, Any]) -> str:
-    """CEL, the webhook's match condition: a GPU request of a pod being created
-    (gpu_request_condition), a pool pod (cel.pool_pod), or NVIDIA_VISIBLE_DEVICES in a
-    container the request brings (a new pod's, or an ephemeral container being added), from a
-    pod the policy judges (not a mirror pod, not the GPU Operator's own: the device plugin's
-    pods set the variable). Other requests never reach OPA, so an OPA outage cannot hold them
-    back."""
-    return f"!({cel.exempt(config)}) && ({cel.judged(config)} || {cel.pool_pod(config)})"
+    When it is missing the binding is skipped (`Allow`): with `Deny` the API server refuses
+    every request the binding matches, CPU pods included, before any match condition is
+    evaluated. A ConfigMap whose data is malformed is judged by the policy itself: GPU pods
+    fail closed, other pods are not refused or changed (configErrors in the CEL file).
+    Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/generic/policy_dispatcher.go
+    """
+    return {
+        "name": params_name,
+        "namespace": gate_namespace,
+        "parameterNotFoundAction": "Allow",
+    }
 
 
 # --------------------------------------------------------------------------- native engines
 
 
 def admission_policy_spec(
-    config: Mapping[str, Any],
     failure_policy: FailurePolicy = "Fail",
     *,
     gate_namespace: str = DEFAULT_GATE_NAMESPACE,
 ) -> dict[str, Any]:
-    """The ValidatingAdmissionPolicy: policies/gpu_scheduler.rego's rule and message in CEL.
+    """The ValidatingAdmissionPolicy: policies/gpu_scheduler.rego's rules and messages in CEL
+    (policies/gpu_scheduler.cel.yaml), reading the gate's configuration from its parameter
+    (PARAM_KIND, bound by param_ref()).
 
-    `config` is gate_data(); it is written into the CEL as literals rather than read from a
-    parameter object, because a binding whose parameter is missing denies every request it
-    matches, CPU pods included, and a ConfigMap could drop the always-gated nvidia.com/gpu.
-    With several kinds of GPU resource the message names the alphabetically first, which is
-    the first of the Rego policy's (sorted) messages.
+    The spec is the same whatever the configuration, which is its parameter.
     Ref: https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/
     """
     return {
         "failurePolicy": failure_policy,
+        "paramKind": dict(PARAM_KIND),
         "matchConstraints": policy_match_constraints(gate_namespace),
-        "variables": [
-            {"name": n, "expression": e} for n, e in cel.validation_variables(config).items()
-        ],
-        "validations": cel.validations(config),
+        "variables": cel.variables(),
+        "validations": cel.validations(),
     }
 
 
 def admission_policy_binding_spec(
-    policy_name: Any = GATE_NAME, *, gate_namespace: str = DEFAULT_GATE_NAMESPACE
+    policy_name: Any = GATE_NAME,
+    *,
+    gate_namespace: str = DEFAULT_GATE_NAMESPACE,
+    params_name: Any = GATE_PARAMS_CONFIGMAP,
 ) -> dict[str, Any]:
-    """The binding: enforce (Deny) everywhere but in excluded_namespaces()."""
+    """The binding: enforce (Deny) everywhere but in excluded_namespaces(), with the params
+    ConfigMap `params_name` of the gate's namespace."""
     return {
         "policyName": policy_name,
+        "paramRef": param_ref(gate_namespace, params_name),
         "validationActions": ["Deny"],
         "matchResources": {"namespaceSelector": namespace_selector(gate_namespace)},
     }
 
 
 def routing_policy_spec(
-    config: Mapping[str, Any],
-    toleration: Mapping[str, str] | None,
     failure_policy: FailurePolicy = "Fail",
     *,
     gate_namespace: str = DEFAULT_GATE_NAMESPACE,
 ) -> dict[str, Any]:
-    """The MutatingAdmissionPolicy that routes GPU pods and pool pods to the stack's scheduler.
+    """The MutatingAdmissionPolicy that routes GPU pods and pool pods to the stack's scheduler
+    (policies/gpu_scheduler.cel.yaml, `routing`), reading the configuration from its parameter.
 
-    A pod CREATE that asks for a gated GPU resource, or a pool pod (it tolerates the pool's
-    taint, cel.pool_pod), and leaves spec.schedulerName unset (the API server has filled in
-    default-scheduler by then) gets the stack's scheduler; a GPU pod headed there also gets the
-    pool's `toleration` unless one of its tolerations already covers the taint (a pool pod's
-    does). A pod with another scheduler is left as it is (the
-    ValidatingAdmissionPolicy refuses it), and so is a pod created bound to a node (refused
-    too, unless it is a node's mirror pod, which must stay as its kubelet wrote it, or the GPU
-    Operator's validator workload).
-    JSON patches, because spec.tolerations is an atomic list that an apply configuration may
-    not change. Both mutations hold for the routed pod as for the original, so a reinvocation
-    changes nothing.
+    A pod CREATE that asks for a gated GPU resource, or a pool pod, and leaves
+    spec.schedulerName unset (the API server has filled in default-scheduler by then) gets the
+    stack's scheduler; a GPU pod headed there also gets the pool's toleration (the parameter
+    document's pool taint, operator Equal) unless one of its tolerations already covers the
+    taint. A pod with another scheduler is left as it is (the ValidatingAdmissionPolicy
+    refuses it), and so is a pod created bound to a node. With a malformed parameter nothing
+    is routed (the ValidatingAdmissionPolicy refuses GPU pods).
+    The spec is the same whatever the configuration, which is its parameter.
     Ref: https://kubernetes.io/docs/reference/access-authn-authz/mutating-admission-policy/
     """
     return {
         "failurePolicy": failure_policy,
+        "paramKind": dict(PARAM_KIND),
         "reinvocationPolicy": "IfNeeded",
         # Pod creations only: nothing routes a running pod.
         "matchConstraints": policy_match_constraints(gate_namespace, [pod_create_rule()]),
-        "matchConditions": [
-            {"name": "gpu-or-pool-pod", "expression": routed_condition(config)},
-            {"name": "not-bound", "expression": cel.UNBOUND},
-        ],
-        "variables": [
-            {"name": n, "expression": e}
-            for n, e in cel.routing_variables(config, toleration).items()
-        ],
+        "matchConditions": cel.routing_conditions(),
+        "variables": cel.routing_variables(),
         "mutations": [
             {"patchType": "JSONPatch", "jsonPatch": {"expression": e}}
-            for e in cel.routing_mutations(toleration)
+            for e in cel.routing_mutations()
         ],
     }
 
 
 def routing_binding_spec(
-    policy_name: Any = GATE_NAME, *, gate_namespace: str = DEFAULT_GATE_NAMESPACE
+    policy_name: Any = GATE_NAME,
+    *,
+    gate_namespace: str = DEFAULT_GATE_NAMESPACE,
+    params_name: Any = GATE_PARAMS_CONFIGMAP,
 ) -> dict[str, Any]:
-    """The MutatingAdmissionPolicyBinding: route everywhere but in excluded_namespaces()."""
+    """The MutatingAdmissionPolicyBinding: route everywhere but in excluded_namespaces(), with
+    the params ConfigMap `params_name` of the gate's namespace."""
     return {
         "policyName": policy_name,
+        "paramRef": param_ref(gate_namespace, params_name),
         "matchResources": {"namespaceSelector": namespace_selector(gate_namespace)},
     }
 

@@ -32,6 +32,7 @@ from kubernetes.client.exceptions import ApiException
 
 from components.opa_gate.manifests import (
     GATE_CONFIG_FILE,
+    GATE_PARAMS_CONFIGMAP,
     admission_policy_binding_spec,
     admission_policy_spec,
     opa_run_args,
@@ -69,12 +70,12 @@ DENIAL[ROUTING_ENGINE] = DENIAL["validating-admission-policy"]
 
 @dataclass(frozen=True)
 class Gate:
-    """What an engine is registered with: the gate data, the gate's own namespace (excluded by
-    name) and the pool's toleration (the routing engine adds it)."""
+    """What an engine is registered with: the gate data (its parameter document, with the
+    pool's taint the routing engine tolerates) and the gate's own namespace (excluded by name,
+    where the parameter lives)."""
 
     config: Mapping[str, Any]
     namespace: str
-    toleration: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -265,7 +266,7 @@ def _policy_engine(cp: LocalControlPlane, gate: Gate) -> contextlib.AbstractCont
     return _registered(
         cp,
         "validatingadmission",
-        admission_policy_spec(gate.config, gate_namespace=gate.namespace),
+        admission_policy_spec(gate_namespace=gate.namespace),
         admission_policy_binding_spec(gate_namespace=gate.namespace),
     )
 
@@ -275,7 +276,7 @@ def _routing_engine(cp: LocalControlPlane, gate: Gate) -> Iterator[None]:
     routing = _registered(
         cp,
         "mutatingadmission",
-        routing_policy_spec(gate.config, gate.toleration, gate_namespace=gate.namespace),
+        routing_policy_spec(gate_namespace=gate.namespace),
         routing_binding_spec(gate_namespace=gate.namespace),
     )
     with _policy_engine(cp, gate), routing:
@@ -322,12 +323,30 @@ def engine_active(
         registered = _routing_engine(cp, gate)
     else:
         registered = _policy_engine(cp, gate)
-    with registered:
+    with contextlib.ExitStack() as stack:
+        if engine != "opa":  # OPA was started with the same document as its data
+            stack.enter_context(_parameter(cp, gate))
+        stack.enter_context(registered)
         wait_for(f"{engine} denying a GPU pod", lambda: denied_by(engine, outcome()), diagnose)
         if engine == ROUTING_ENGINE:
             wait_for(f"{engine} routing a GPU pod", routed, diagnose)
         yield
     wait_for(f"{engine} removed", lambda: outcome() is None, diagnose)
+
+
+@contextlib.contextmanager
+def _parameter(cp: LocalControlPlane, gate: Gate) -> Iterator[None]:
+    """The native policies' parameter: the gate data as the params ConfigMap in the gate's
+    namespace, which their bindings name, as the stack creates it (removed afterwards)."""
+    path = f"/api/v1/namespaces/{gate.namespace}/configmaps"
+    with contextlib.suppress(urllib.error.HTTPError):  # the namespace may exist
+        cp.create_namespace(gate.namespace)
+    metadata = {"name": GATE_PARAMS_CONFIGMAP, "namespace": gate.namespace}
+    cp.request("POST", path, {"metadata": metadata, "data": dict(gate.config)})
+    try:
+        yield
+    finally:
+        cp.request("DELETE", f"{path}/{GATE_PARAMS_CONFIGMAP}")
 
 
 def tolerates(tolerations: Any, taint: Mapping[str, str]) -> bool:

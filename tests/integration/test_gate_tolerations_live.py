@@ -60,7 +60,8 @@ POOLS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 TAINT_KEYS = ("nvidia.com/gpu", "gpu-cluster.io/pool")
 # Every kind gated, as the gate data of such pools gates it.
-CONFIG = gate_data(SCHEDULER, ["example.com/dongle", "nvidia.com/gpu.shared"], [MIG_PREFIX])
+GATED = ["example.com/dongle", "nvidia.com/gpu.shared"]
+CONFIG = gate_data(SCHEDULER, GATED, [MIG_PREFIX])
 
 
 def _taint(key: str) -> Taint:
@@ -83,9 +84,8 @@ def _tolerations_by_resource(
     only for each of RESOURCES is admitted with."""
     api_client = cp.api_client()
     gate = Gate(
-        config=CONFIG,
+        config=gate_data(SCHEDULER, GATED, [MIG_PREFIX], pool_toleration=_taint(key).toleration()),
         namespace=f"gate-own-{uuid.uuid4().hex[:6]}",
-        toleration=_taint(key).toleration(),
     )
     # The refusing engines admit a GPU pod only on the gate's scheduler; routing sets it.
     scheduler = None if engine == ROUTING_ENGINE else SCHEDULER

@@ -86,7 +86,11 @@ def _operator_namespace(source: str) -> str:
     return operator.namespace
 
 
-# The gate's own namespace in these tests: excluded by name, like kube-system.
+# The gate's own namespace in these tests: excluded by name, like kube-system. The gate set up
+# for an operator outside the stack has one of its own, so each namespace holds one params
+# ConfigMap with one content: once every policy reading ConfigMap params is removed, the API
+# server stops the informer it reads them from and keeps its last copies, and it reads past
+# them (a direct GET) only for a name it has never seen.
 GATE_NAMESPACE = f"gate-own-{uuid.uuid4().hex[:8]}"
 GATES = {
     source: Gate(
@@ -97,8 +101,7 @@ GATES = {
             operator_pods=operator,
             pool_toleration=POOL_TOLERATION,
         ),
-        namespace=GATE_NAMESPACE,
-        toleration=POOL_TOLERATION,
+        namespace=GATE_NAMESPACE if source == INSTALLED else f"{GATE_NAMESPACE}-{source}",
     )
     for source, operator in OPERATORS.items()
 }

@@ -19,16 +19,14 @@ from components.opa_gate.manifests import (
     admission_policy_binding_spec,
     admission_policy_spec,
     gate_data,
-    gpu_request_condition,
+    gate_list,
     namespace_selector,
     opa_run_args,
-    routed_condition,
     routing_binding_spec,
     routing_policy_spec,
     webhook_condition,
 )
 from components.opa_gate.settings import DEFAULT_GATE_NAMESPACE, load_policies
-from policies import gpu_scheduler_cel as cel
 from tests.conftest import Recording, component_access, register
 
 WEBHOOK = "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration"
@@ -197,8 +195,8 @@ def test_opa_gate_config_is_data_not_rego() -> None:
     assert gate == {
         "scheduler_name": "gpu-pack",
         # Every GPU (components/gpu_resources.py) and the advertised extended resource.
-        "gpu_resources": gated_names(["example.com/dongle"]),
-        "gpu_resource_prefixes": gated_prefixes([]),
+        "gpu_resources": ",".join(gated_names(["example.com/dongle"])),
+        "gpu_resource_prefixes": ",".join(gated_prefixes([])),
     }
     assert not any("gpu-pack" in source for source in load_policies().values())
 
@@ -206,8 +204,8 @@ def test_opa_gate_config_is_data_not_rego() -> None:
 def test_opa_gate_leaves_advertised_resources_ungated_when_told_to() -> None:
     recording = _make_gate(gate_extended_resources=False)
     gate = json.loads(_config_maps(recording)["gpu-gate-config"]["data"]["gate.json"])
-    assert gate["gpu_resources"] == gated_names([])
-    assert "example.com/dongle" not in gate["gpu_resources"]
+    assert gate_list(gate, "gpu_resources") == gated_names([])
+    assert "example.com/dongle" not in gate_list(gate, "gpu_resources")
 
 
 def test_opa_gate_opa_serves_only_https_with_authorization() -> None:
@@ -274,29 +272,33 @@ def test_opa_gate_native_engine_has_no_webhook_server() -> None:
     assert policy.inputs["spec"]["failurePolicy"] == "Fail"
 
 
-def test_opa_gate_native_engine_writes_gate_data_into_the_policy() -> None:
+def test_opa_gate_native_engine_reads_gate_data_from_its_params_config_map() -> None:
     recording = _make_gate(
         engine="validating-admission-policy", scheduler_name="gpu-pack", failure_policy="Ignore"
     )
     (policy,) = recording.of_type(VAP)
-    spec = policy.inputs["spec"]
-    assert spec == admission_policy_spec(
-        gate_data("gpu-pack", ["example.com/dongle"], []), "Ignore", gate_namespace="gpu-admission"
-    )
-    variables = {v["name"]: v["expression"] for v in spec["variables"]}
-    assert variables["requiredScheduler"] == '"gpu-pack"'
-    assert variables["gpuResources"] == json.dumps(gated_names(["example.com/dongle"]))
-    assert variables["gpuPrefixes"] == json.dumps(gated_prefixes([]))
-
-
-def test_opa_gate_native_engine_needs_no_parameter_object() -> None:
-    # A binding whose parameter object is missing denies every pod it matches, CPU pods too.
-    recording = _make_gate(engine="validating-admission-policy")
-    (policy,) = recording.of_type(VAP)
     (binding,) = recording.of_type(VAP_BINDING)
-    assert "paramKind" not in policy.inputs["spec"]
-    assert "paramRef" not in binding.inputs["spec"]
-    assert _config_maps(recording) == {}
+    # The policy is static: the gate data is its parameter, the params ConfigMap's data.
+    assert policy.inputs["spec"] == admission_policy_spec(
+        failure_policy="Ignore", gate_namespace="gpu-admission"
+    )
+    assert policy.inputs["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
+    params = _config_maps(recording)["gpu-gate-params"]
+    assert params["metadata"]["namespace"] == "gpu-admission"
+    assert params["data"] == gate_data("gpu-pack", ["example.com/dongle"], [])
+    assert binding.inputs["spec"]["paramRef"] == {
+        "name": "gpu-gate-params",
+        "namespace": "gpu-admission",
+        "parameterNotFoundAction": "Allow",
+    }
+
+
+def test_opa_gate_native_engine_skips_a_missing_parameter_object() -> None:
+    # With Deny, a binding whose parameter object is missing refuses every pod it matches,
+    # CPU pods too: a missing one skips the binding instead.
+    recording = _make_gate(engine="validating-admission-policy")
+    (binding,) = recording.of_type(VAP_BINDING)
+    assert binding.inputs["spec"]["paramRef"]["parameterNotFoundAction"] == "Allow"
 
 
 def test_opa_gate_opa_engine_has_no_admission_policy() -> None:
@@ -325,27 +327,19 @@ def test_opa_gate_webhook_only_receives_gpu_pods() -> None:
     (condition,) = _webhook(recording)["matchConditions"]
     config = gate_data("gpu-binpack-scheduler", ["example.com/dongle"], [])
     assert condition["name"] == "gpu-pod"
-    # A GPU request, or NVIDIA_VISIBLE_DEVICES (next test): nothing else reaches OPA.
-    assert f"({gpu_request_condition(config)} || " in condition["expression"]
-    for gated in (*gated_names(["example.com/dongle"]), *gated_prefixes([])):
-        assert json.dumps(gated) in condition["expression"]
+    assert condition["expression"] == webhook_condition(config)
+    # The parameter document OPA reads is written in; no params or variables are left.
+    assert json.dumps(config, sort_keys=True) in condition["expression"]
+    assert "variables." not in condition["expression"]
 
 
 def test_opa_gate_match_condition_is_the_native_policys_cel() -> None:
-    # One source: the webhook's condition is the policy's gpuByContainer, variables inlined.
+    # One source: the webhook's condition inlines the native policy's variables.
     config = gate_data("gpu-binpack-scheduler", ["example.com/dongle"], ["vendor.example/"])
-    variables = {v["name"]: v["expression"] for v in admission_policy_spec(config)["variables"]}
-    inlined = (
-        variables["gpuByContainer"]
-        .replace("variables.containers", f"({variables['containers']})")
-        .replace("variables.gpuResources", variables["gpuResources"])
-        .replace("variables.gpuPrefixes", variables["gpuPrefixes"])
-    )
-    claims = "has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0"
-    # Only a pod being created asks for GPUs: a running pod's were judged at its creation.
-    assert gpu_request_condition(config) == (
-        f"request.operation == 'CREATE' && ({inlined}.exists(l, size(l) > 0) || ({claims}))"
-    )
+    variables = {v["name"]: v["expression"] for v in admission_policy_spec()["variables"]}
+    condition = webhook_condition(config)
+    assert variables["gpuByContainer"].split("variables.")[0] in condition
+    assert gate_list(config, "gpu_resource_prefixes")[-1] == "vendor.example/"
 
 
 def test_opa_gate_budget_keeps_one_replica_up() -> None:
@@ -420,43 +414,39 @@ def test_opa_gate_routing_engine_routes_then_refuses_the_rest() -> None:
     (routing_binding,) = recording.of_type(MAP_BINDING)
     (policy,) = recording.of_type(VAP)
     assert recording.of_type(WEBHOOK) == []
-    config = gate_data(
-        "gpu-binpack-scheduler", ["example.com/dongle"], [], pool_toleration=POOL_TOLERATION
-    )
-    assert routing.inputs["spec"] == routing_policy_spec(
-        config, POOL_TOLERATION, "Fail", gate_namespace="gpu-admission"
-    )
+    assert routing.inputs["spec"] == routing_policy_spec(gate_namespace="gpu-admission")
     assert routing_binding.inputs["spec"] == routing_binding_spec(
         "gpu-scheduler-gate", gate_namespace="gpu-admission"
     )
     # What cannot be routed is refused by the same validation as the reject-only engine.
-    assert policy.inputs["spec"] == admission_policy_spec(config, gate_namespace="gpu-admission")
+    assert policy.inputs["spec"] == admission_policy_spec(gate_namespace="gpu-admission")
+    params = _config_maps(recording)["gpu-gate-params"]["data"]
+    assert params == gate_data(
+        "gpu-binpack-scheduler", ["example.com/dongle"], [], pool_toleration=POOL_TOLERATION
+    )
 
 
 def test_opa_gate_routing_adds_the_pools_toleration_as_given() -> None:
     toleration = {**POOL_TOLERATION, "key": "gpu-cluster.io/pool", "value": "a100"}
     recording = _make_gate(engine="mutating-admission-policy", pool_toleration=toleration)
-    (routing,) = recording.of_type(MAP)
-    (_, tolerate) = (m["jsonPatch"]["expression"] for m in routing.inputs["spec"]["mutations"])
-    assert (
-        'Object.spec.tolerations{key: "gpu-cluster.io/pool", operator: "Equal",'
-        ' value: "a100", effect: "NoSchedule"}'
-    ) in tolerate
+    params = _config_maps(recording)["gpu-gate-params"]["data"]
+    assert params["pool_pods.taint.key"] == "gpu-cluster.io/pool"
+    assert params["pool_pods.taint.value"] == "a100"
+    assert params["pool_pods.taint.effect"] == "NoSchedule"
 
 
 def test_opa_gate_routing_without_a_pool_only_sets_the_scheduler() -> None:
     recording = _make_gate(engine="mutating-admission-policy")
-    (routing,) = recording.of_type(MAP)
-    (route,) = (m["jsonPatch"]["expression"] for m in routing.inputs["spec"]["mutations"])
-    assert "/spec/schedulerName" in route
+    params = _config_maps(recording)["gpu-gate-params"]["data"]
+    assert not [k for k in params if k.startswith("pool_pods.")]
 
 
 def test_opa_gate_routing_leaves_bound_pods_as_they_are() -> None:
     # A node's mirror pod must stay as its kubelet wrote it; other bound pods are refused.
-    spec = routing_policy_spec(gate_data("s", [], []), None)
+    spec = routing_policy_spec()
     conditions = {c["name"]: c["expression"] for c in spec["matchConditions"]}
-    assert conditions["not-bound"] == "!has(object.spec.nodeName) || object.spec.nodeName == ''"
-    assert conditions["gpu-or-pool-pod"] == routed_condition(gate_data("s", [], []))
+    unbound = "!has(object.spec.nodeName) || object.spec.nodeName == ''"
+    assert conditions["not-bound"] == f"[{unbound}].exists(v_unbound, v_unbound)"
 
 
 def test_opa_gate_reject_only_engines_route_nothing() -> None:
@@ -472,10 +462,9 @@ def test_opa_gate_device_resources_are_gated_whatever_gate_extended_resources_sa
         device_resources=["nvidia.com/gpu.shared"],
         gpu_resource_prefixes=["nvidia.com/mig-"],
     )
-    (policy,) = recording.of_type(VAP)
-    variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
-    assert variables["gpuResources"] == json.dumps(gated_names(["nvidia.com/gpu.shared"]))
-    assert "example.com/dongle" not in variables["gpuResources"]
+    params = _config_maps(recording)["gpu-gate-params"]["data"]
+    assert gate_list(params, "gpu_resources") == gated_names(["nvidia.com/gpu.shared"])
+    assert "example.com/dongle" not in gate_list(params, "gpu_resources")
 
 
 # One definition of a GPU: whatever the scheduler weighs as one is gated, and nothing else.
@@ -483,8 +472,8 @@ def test_opa_gate_device_resources_are_gated_whatever_gate_extended_resources_sa
 
 def _gated(config: dict[str, Any], name: str) -> bool:
     """As the policies match a resource name against the gate data."""
-    return name in config["gpu_resources"] or any(
-        name.startswith(p) for p in config["gpu_resource_prefixes"]
+    return name in gate_list(config, "gpu_resources") or any(
+        name.startswith(p) for p in gate_list(config, "gpu_resource_prefixes")
     )
 
 
@@ -526,45 +515,43 @@ VALIDATOR = '"system:serviceaccount:gpu-operator:nvidia-operator-validator"'
 def test_opa_gate_operator_pods_reach_the_policy_data() -> None:
     recording = _make_gate(operator_pods=OPERATOR_PODS)
     gate = json.loads(_config_maps(recording)["gpu-gate-config"]["data"]["gate.json"])
-    assert gate["operator_pods"] == {
-        "namespace": "gpu-operator",
-        "creators": ["system:serviceaccount:gpu-operator:nvidia-operator-validator"],
-        "daemonset_controllers": [
-            "system:kube-controller-manager",
-            "system:serviceaccount:kube-system:daemon-set-controller",
-        ],
+    assert {k: v for k, v in gate.items() if k.startswith("operator_pods.")} == {
+        "operator_pods.namespace": "gpu-operator",
+        "operator_pods.creators": "system:serviceaccount:gpu-operator:nvidia-operator-validator",
+        "operator_pods.daemonset_controllers": (
+            "system:kube-controller-manager,system:serviceaccount:kube-system:daemon-set-controller"
+        ),
     }
 
 
 def test_opa_gate_operator_pods_never_reach_opa() -> None:
     # The device plugin's pods set NVIDIA_VISIBLE_DEVICES: an OPA outage must not hold them.
     (condition,) = _webhook(_make_gate(operator_pods=OPERATOR_PODS))["matchConditions"]
-    assert condition["expression"].startswith("!(")
-    assert VALIDATOR in condition["expression"]
+    # Not for an exempt pod: the operator's pods (its creators, from the document) included.
+    assert "!v_exempt && " in condition["expression"]
+    assert VALIDATOR.strip('"') in condition["expression"]
 
 
 def test_opa_gate_operator_pods_reach_the_native_policy() -> None:
     recording = _make_gate(engine="validating-admission-policy", operator_pods=OPERATOR_PODS)
-    (policy,) = recording.of_type(VAP)
-    variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
-    assert '"gpu-operator"' in variables["operatorPod"]
-    assert VALIDATOR in variables["operatorPod"]
+    params = _config_maps(recording)["gpu-gate-params"]["data"]
+    assert params["operator_pods.namespace"] == "gpu-operator"
+    assert VALIDATOR.strip('"') in gate_list(params, "operator_pods.creators")
 
 
 def test_opa_gate_without_the_operator_exempts_no_pods() -> None:
     recording = _make_gate(engine="validating-admission-policy")
-    (policy,) = recording.of_type(VAP)
-    variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
-    assert variables["operatorPod"] == "false"
-    assert "operator_pods" not in gate_data("s", [], [])
+    params = _config_maps(recording)["gpu-gate-params"]["data"]
+    assert [k for k in params if k.startswith("operator_pods.")] == []
 
 
 def test_opa_gate_operator_pods_are_data_of_one_shape() -> None:
     pods = OperatorPods(namespace="ns", creators=("u",), daemonset_controllers=("c",))
-    assert gate_data("s", [], [], operator_pods=pods)["operator_pods"] == {
-        "namespace": "ns",
-        "creators": ["u"],
-        "daemonset_controllers": ["c"],
+    data = gate_data("s", [], [], operator_pods=pods)
+    assert {k: v for k, v in data.items() if k.startswith("operator_pods.")} == {
+        "operator_pods.namespace": "ns",
+        "operator_pods.creators": "u",
+        "operator_pods.daemonset_controllers": "c",
     }
 
 
@@ -580,15 +567,15 @@ def _gate_json(recording: Recording) -> dict[str, Any]:
 
 def test_opa_gate_pool_toleration_names_the_pool_pods_in_the_policy_data() -> None:
     gate = _gate_json(_make_gate(pool_toleration=POOL_TOLERATION))
-    assert gate["pool_pods"]["taint"] == {
-        "key": "nvidia.com/gpu",
-        "value": "present",
-        "effect": "NoSchedule",
+    assert {k: gate[k] for k in ("pool_pods.taint.key", "pool_pods.taint.value")} == {
+        "pool_pods.taint.key": "nvidia.com/gpu",
+        "pool_pods.taint.value": "present",
     }
+    assert gate["pool_pods.taint.effect"] == "NoSchedule"
 
 
 def test_opa_gate_without_a_pool_toleration_judges_no_pool_pods() -> None:
-    assert "pool_pods" not in _gate_json(_make_gate())
+    assert [k for k in _gate_json(_make_gate()) if k.startswith("pool_pods.")] == []
 
 
 def test_opa_gate_webhook_receives_pool_pods() -> None:
@@ -597,23 +584,21 @@ def test_opa_gate_webhook_receives_pool_pods() -> None:
         "gpu-binpack-scheduler", ["example.com/dongle"], [], pool_toleration=POOL_TOLERATION
     )
     assert condition["expression"] == webhook_condition(config)
-    assert cel.pool_pod(config) in condition["expression"]
+    assert '"pool_pods.taint.key": "nvidia.com/gpu"' in condition["expression"]
 
 
 @pytest.mark.parametrize("engine", ["validating-admission-policy", "mutating-admission-policy"])
 def test_opa_gate_native_engines_refuse_pool_pods_off_the_scheduler(engine: str) -> None:
     recording = _make_gate(engine=engine, pool_toleration=POOL_TOLERATION)
     (policy,) = recording.of_type(VAP)
-    variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
-    assert '"nvidia.com/gpu"' in variables["poolPod"]
     assert "variables.poolPod" in policy.inputs["spec"]["validations"][-1]["expression"]
+    params = _config_maps(recording)["gpu-gate-params"]["data"]
+    assert params["pool_pods.taint.key"] == "nvidia.com/gpu"
 
 
 def test_opa_gate_routing_engine_routes_pool_pods() -> None:
     recording = _make_gate(engine="mutating-admission-policy", pool_toleration=POOL_TOLERATION)
     (routing,) = recording.of_type(MAP)
     conditions = {c["name"]: c["expression"] for c in routing.inputs["spec"]["matchConditions"]}
-    config = gate_data(
-        "gpu-binpack-scheduler", ["example.com/dongle"], [], pool_toleration=POOL_TOLERATION
-    )
-    assert cel.pool_pod(config) in conditions["gpu-or-pool-pod"]
+    assert "v_poolPod" in conditions["gpu-or-pool-pod"]
+    assert "variables." not in conditions["gpu-or-pool-pod"]

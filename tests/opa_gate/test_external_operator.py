@@ -15,7 +15,12 @@ from typing import Any
 import pytest
 
 from components.gpu_operator.settings import GpuOperatorSettings, OperatorPods
-from components.opa_gate.manifests import admission_policy_spec, gate_data, webhook_condition
+from components.opa_gate.manifests import (
+    admission_policy_spec,
+    gate_data,
+    gate_list,
+    webhook_condition,
+)
 from components.opa_gate.settings import OpaGateSettings
 from components.settings import Problem
 from stack_config import ConfigError, StackConfig, parse_stack_config
@@ -49,14 +54,14 @@ def test_gate_external_operator_is_not_taken_beside_the_installed_one() -> None:
 @pytest.mark.parametrize("engine", ["validating-admission-policy", "opa"])
 def test_gate_external_operator_pods_reach_every_engines_data(engine: str) -> None:
     config = gate_data("s", [], [], operator_pods=GpuOperatorSettings().operator_pods(EXTERNAL))
-    assert config["operator_pods"]["namespace"] == EXTERNAL
+    assert config["operator_pods.namespace"] == EXTERNAL
+    assert gate_list(config, "operator_pods.creators") == [VALIDATOR]
     if engine == "opa":
-        cel = webhook_condition(config)
+        # The webhook's condition carries the document the native policies read as params.
+        assert json.dumps(config, sort_keys=True) in webhook_condition(config)
     else:
-        variables = {v["name"]: v["expression"] for v in admission_policy_spec(config)["variables"]}
-        cel = variables["operatorPod"]
-    assert f'request.namespace == "{EXTERNAL}"' in cel
-    assert json.dumps(VALIDATOR) in cel
+        variables = {v["name"]: v["expression"] for v in admission_policy_spec()["variables"]}
+        assert "variables.config['operator_pods.namespace']" in variables["operatorPod"]
 
 
 # ------------------------------------------------------------------ the setting
@@ -177,13 +182,14 @@ def test_gate_external_operator_reaches_the_applied_gate(engine: str) -> None:
             if c.inputs["metadata"]["name"] == "gpu-gate-config"
         ]
         data = json.loads(config_map.inputs["data"]["gate.json"])
-        assert data["operator_pods"]["namespace"] == EXTERNAL
-        assert data["operator_pods"]["creators"] == [VALIDATOR]
     else:
-        (policy,) = recording.of_type(
-            "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
-        )
-        variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
-        assert json.dumps(VALIDATOR) in variables["operatorPod"]
+        (config_map,) = [
+            c
+            for c in recording.of_type("kubernetes:core/v1:ConfigMap")
+            if c.inputs["metadata"]["name"] == "gpu-gate-params"
+        ]
+        data = config_map.inputs["data"]
+    assert data["operator_pods.namespace"] == EXTERNAL
+    assert gate_list(data, "operator_pods.creators") == [VALIDATOR]
     # Nothing of the operator is the stack's.
     assert recording.of_type("gpu-cluster:index:GpuOperator") == []

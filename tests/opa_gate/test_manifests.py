@@ -55,6 +55,13 @@ EPHEMERAL_CONTAINERS_UPDATE = {
     "apiVersions": ["v1"],
     "resources": ["pods/ephemeralcontainers"],
 }
+# Both bindings read the params ConfigMap; a missing one skips the binding (never Deny, which
+# refuses CPU pods too).
+PARAM_REF = {
+    "name": "gpu-gate-params",
+    "namespace": "gpu-admission",
+    "parameterNotFoundAction": "Allow",
+}
 LABELS = {
     "app.kubernetes.io/name": "gpu-scheduler-gate",
     "app.kubernetes.io/part-of": "gpu-cluster",
@@ -73,15 +80,15 @@ def _webhook(namespace: str = "gpu-admission", **settings: Any) -> dict[str, Any
 # Each engine's object that selects namespaces, and where in it the selector sits.
 SELECTORS: dict[str, Callable[[str], Any]] = {
     "webhook": lambda ns: _webhook(ns)["namespaceSelector"],
-    "validating-policy": lambda ns: admission_policy_spec(CONFIG, gate_namespace=ns)[
-        "matchConstraints"
-    ]["namespaceSelector"],
+    "validating-policy": lambda ns: admission_policy_spec(gate_namespace=ns)["matchConstraints"][
+        "namespaceSelector"
+    ],
     "validating-binding": lambda ns: admission_policy_binding_spec(gate_namespace=ns)[
         "matchResources"
     ]["namespaceSelector"],
-    "routing-policy": lambda ns: routing_policy_spec(CONFIG, TOLERATION, gate_namespace=ns)[
-        "matchConstraints"
-    ]["namespaceSelector"],
+    "routing-policy": lambda ns: routing_policy_spec(gate_namespace=ns)["matchConstraints"][
+        "namespaceSelector"
+    ],
     "routing-binding": lambda ns: routing_binding_spec(gate_namespace=ns)["matchResources"][
         "namespaceSelector"
     ],
@@ -123,13 +130,13 @@ def test_opa_gate_manifests_every_engine_excludes_kube_system_and_the_gate_by_na
         ),
         (
             "validating-admission-policy",
-            lambda: admission_policy_spec(CONFIG)["matchConstraints"]["resourceRules"],
+            lambda: admission_policy_spec()["matchConstraints"]["resourceRules"],
             [POD_CREATE, EPHEMERAL_CONTAINERS_UPDATE],
         ),
         # Routing mutates only what is being created.
         (
             "mutating-admission-policy",
-            lambda: routing_policy_spec(CONFIG, None)["matchConstraints"]["resourceRules"],
+            lambda: routing_policy_spec()["matchConstraints"]["resourceRules"],
             [POD_CREATE],
         ),
     ],
@@ -148,8 +155,8 @@ def test_opa_gate_manifests_every_engine_judges_pod_creates_and_added_ephemeral_
     ("engine", "render"),
     [
         ("opa", lambda fp: _webhook(failure_policy=fp)),
-        ("validating-admission-policy", lambda fp: admission_policy_spec(CONFIG, fp)),
-        ("mutating-admission-policy", lambda fp: routing_policy_spec(CONFIG, TOLERATION, fp)),
+        ("validating-admission-policy", lambda fp: admission_policy_spec(fp)),
+        ("mutating-admission-policy", lambda fp: routing_policy_spec(fp)),
     ],
 )
 def test_opa_gate_manifests_failure_policy_reaches_each_engine(
@@ -227,9 +234,13 @@ def test_opa_gate_manifests_webhook_calls_the_service_trusting_the_ca(
     [
         (
             admission_policy_binding_spec,
-            {"policyName": "gpu-scheduler-gate", "validationActions": ["Deny"]},
+            {
+                "policyName": "gpu-scheduler-gate",
+                "paramRef": PARAM_REF,
+                "validationActions": ["Deny"],
+            },
         ),
-        (routing_binding_spec, {"policyName": "gpu-scheduler-gate"}),
+        (routing_binding_spec, {"policyName": "gpu-scheduler-gate", "paramRef": PARAM_REF}),
     ],
 )
 def test_opa_gate_manifests_bindings_name_the_gate_policy(
@@ -240,17 +251,13 @@ def test_opa_gate_manifests_bindings_name_the_gate_policy(
     assert binding("policy-x")["policyName"] == "policy-x"
 
 
-@pytest.mark.parametrize(
-    ("toleration", "mutations"),
-    [(TOLERATION, 2), (None, 1)],
-)
-def test_opa_gate_manifests_routing_policy_patches_unbound_gpu_pods(
-    toleration: dict[str, str] | None, mutations: int
-) -> None:
-    spec = routing_policy_spec(CONFIG, toleration)
+def test_opa_gate_manifests_routing_policy_patches_unbound_gpu_pods() -> None:
+    spec = routing_policy_spec()
     assert spec["reinvocationPolicy"] == "IfNeeded"
+    assert spec["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
     assert [c["name"] for c in spec["matchConditions"]] == ["gpu-or-pool-pod", "not-bound"]
-    assert len(spec["mutations"]) == mutations
+    # The scheduler, then the pool's toleration (only with a valid pool in the parameters).
+    assert len(spec["mutations"]) == 2
     assert {m["patchType"] for m in spec["mutations"]} == {"JSONPatch"}
 
 
@@ -263,8 +270,8 @@ def test_opa_gate_manifests_routing_policy_patches_unbound_gpu_pods(
             None,
             {
                 "scheduler_name": "s",
-                "gpu_resources": gated_names([]),
-                "gpu_resource_prefixes": gated_prefixes([]),
+                "gpu_resources": ",".join(gated_names([])),
+                "gpu_resource_prefixes": ",".join(gated_prefixes([])),
             },
         ),
         (
@@ -276,13 +283,11 @@ def test_opa_gate_manifests_routing_policy_patches_unbound_gpu_pods(
             {
                 "scheduler_name": "s",
                 # Every GPU (components/gpu_resources.py), and what the layers add, once each.
-                "gpu_resources": gated_names(["example.com/dongle"]),
-                "gpu_resource_prefixes": gated_prefixes(["nvidia.com/mig-"]),
-                "operator_pods": {
-                    "namespace": "gpu-operator",
-                    "creators": ["a", "b"],
-                    "daemonset_controllers": ["d"],
-                },
+                "gpu_resources": ",".join(gated_names(["example.com/dongle"])),
+                "gpu_resource_prefixes": ",".join(gated_prefixes(["nvidia.com/mig-"])),
+                "operator_pods.namespace": "gpu-operator",
+                "operator_pods.creators": "a,b",
+                "operator_pods.daemonset_controllers": "d",
             },
         ),
     ],
@@ -303,24 +308,20 @@ def test_opa_gate_manifests_gate_data_names_the_pool_taint_of_the_pools_tolerati
         "value": "a100",
         "effect": "PreferNoSchedule",
     }
-    assert gate_data("s", [], [], pool_toleration=toleration)["pool_pods"] == {
-        "taint": {"key": "gpu-cluster.io/pool", "value": "a100", "effect": "PreferNoSchedule"},
+    data = gate_data("s", [], [], pool_toleration=toleration)
+    assert {k: v for k, v in data.items() if k.startswith("pool_pods.")} == {
+        "pool_pods.taint.key": "gpu-cluster.io/pool",
+        "pool_pods.taint.value": "a100",
+        "pool_pods.taint.effect": "PreferNoSchedule",
         # Who creates a DaemonSet's pods: their pool pods stay with the cluster's scheduler.
-        "daemonset_controllers": sorted(DAEMONSET_CONTROLLERS),
+        "pool_pods.daemonset_controllers": ",".join(sorted(DAEMONSET_CONTROLLERS)),
     }
-    assert "pool_pods" not in gate_data("s", [], [])
+    assert [k for k in gate_data("s", [], []) if k.startswith("pool_pods.")] == []
 
 
-def test_opa_gate_manifests_pool_rule_only_with_a_pool() -> None:
-    with_pool = gate_data("s", [], [], pool_toleration=TOLERATION)
-    without = admission_policy_spec(CONFIG)
-    variables = {v["name"]: v["expression"] for v in without["variables"]}
-    assert variables["poolPod"] == "false"
-    assert len(without["validations"]) == 3
-    spec = admission_policy_spec(with_pool)
-    (pool_rule,) = spec["validations"][3:]
+def test_opa_gate_manifests_native_policies_read_the_pool_from_their_parameter() -> None:
+    (pool_rule,) = admission_policy_spec()["validations"][4:]
     assert "variables.poolPod" in pool_rule["expression"]
-    assert "gpu-cluster.io/gpu" in pool_rule["messageExpression"]
 
 
 @pytest.mark.parametrize(

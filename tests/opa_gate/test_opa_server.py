@@ -34,10 +34,11 @@ POLICIES = REPO / "policies"
 LOOPBACK = "127.0.0.1"
 STARTUP_TIMEOUT_S = 30.0
 
+# The parameter document (components/opa_gate/manifests.py gate_data()): lists comma-separated.
 GATE_CONFIG = {
     "scheduler_name": "gpu-binpack-scheduler",
-    "gpu_resources": ["nvidia.com/gpu", "example.com/dongle"],
-    "gpu_resource_prefixes": ["nvidia.com/mig-"],
+    "gpu_resources": "nvidia.com/gpu,example.com/dongle",
+    "gpu_resource_prefixes": "nvidia.com/mig-",
 }
 REVIEW_UID = "705ab4f5-6393-11e8-b7cc-42010a800002"
 

@@ -1,0 +1,257 @@
+"""policies/samples.yaml judged without a cluster: the Rego policy by the real OPA (`opa eval`),
+the CEL policies by the Kubernetes CEL libraries of the pinned release (tools/go/celgate,
+compiled and evaluated as kube-apiserver's admission plugins do, the routing policy's JSON
+patches applied). tests/integration/test_opa_gate_live.py runs the same table on a real
+kube-apiserver.
+
+What this leaves to the live suite: the API server's defaulting (here only what the verdicts
+depend on: spec.schedulerName and requests from limits), the policies' matchConstraints and
+namespaceSelector (every sample is in a judged namespace), the parameter lookup, and
+authorization of the samples' creators.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.gpu_operator.settings import GpuOperatorSettings, OperatorPods
+from components.opa_gate.manifests import (
+    GATE_PARAMS_CONFIGMAP,
+    admission_policy_spec,
+    gate_data,
+    routing_policy_spec,
+)
+from components.opa_gate.settings import DEFAULT_GATE_NAMESPACE, OpaGateSettings, load_policies
+from components.tainted_gpu_pool.settings import Taint
+from tests.integration.conftest import built_tool
+from tests.opa_gate.gate_samples import (
+    REFUSING_ENGINES,
+    ROUTING_ENGINE,
+    Identity,
+    Sample,
+    load_samples,
+)
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = load_samples()
+SCHEDULER = SAMPLES.scheduler
+POOL_TOLERATION = Taint.model_validate(SAMPLES.pool_taint).toleration()
+GATED_NAMESPACE = "team-a"
+# Who creates a sample that names no creator: the cluster admin.
+ADMIN = Identity(user="kubernetes-admin", groups=("system:masters", "system:authenticated"))
+OPERATORS: dict[str, OperatorPods | None] = {
+    "installed": GpuOperatorSettings.model_validate(
+        {"enabled": True, "namespace": "gpu-operator"}
+    ).operator_pods(),
+    "external": GpuOperatorSettings().operator_pods(
+        OpaGateSettings.model_validate(
+            {"externalGpuOperatorNamespace": "nvidia-gpu-operator"}
+        ).external_gpu_operator_namespace
+    ),
+}
+ENGINES = (*REFUSING_ENGINES, ROUTING_ENGINE)
+
+
+def _params(operator: OperatorPods | None) -> dict[str, str]:
+    return gate_data(
+        SCHEDULER,
+        SAMPLES.gpu_resources,
+        SAMPLES.gpu_resource_prefixes,
+        operator_pods=operator,
+        pool_toleration=POOL_TOLERATION,
+    )
+
+
+def _operator_namespace(source: str) -> str:
+    operator = OPERATORS[source]
+    assert operator is not None
+    return operator.namespace
+
+
+def _defaulted(pod: dict[str, Any]) -> dict[str, Any]:
+    """What the API server stores before admission judges the pod, as far as the verdicts go:
+    the default scheduler's name, and requests copied from limits."""
+    pod = copy.deepcopy(pod)
+    spec = pod["spec"]
+    spec.setdefault("schedulerName", "default-scheduler")
+    for field in ("containers", "initContainers"):
+        for container in spec.get(field, []):
+            resources = container.setdefault("resources", {})
+            limits = resources.get("limits") or {}
+            if limits:
+                resources["requests"] = {**limits, **(resources.get("requests") or {})}
+    return pod
+
+
+def _request(sample: Sample, index: int, source: str) -> dict[str, Any]:
+    """The admission request of a sample: a pod CREATE, or for a `debug` row the UPDATE of
+    pods/ephemeralcontainers that adds its container to the pod, bound as `bind` says."""
+    name = f"sample-{index}"
+    operator = _operator_namespace(source)
+    namespace = operator if sample.namespace == "operator" else GATED_NAMESPACE
+    creator = sample.creator(operator, namespace) or ADMIN
+    pod = _defaulted(sample.pod(name))
+    pod["metadata"]["namespace"] = namespace
+    request: dict[str, Any] = {
+        "name": name,
+        "operation": "CREATE",
+        "subResource": "",
+        "namespace": namespace,
+        "object": pod,
+        "oldObject": None,
+        "userInfo": {"username": creator.user, "groups": list(creator.groups)},
+        # The routing policy matches pod creations only.
+        "mutate": sample.debug is None,
+    }
+    if sample.debug is not None:
+        old = copy.deepcopy(pod)
+        if sample.bind is not None:
+            old["spec"]["nodeName"] = sample.bind
+        new = copy.deepcopy(old)
+        new["spec"]["ephemeralContainers"] = [sample.debug_container()]
+        request.update(operation="UPDATE", subResource="ephemeralcontainers", object=new)
+        request["oldObject"] = old
+    return request
+
+
+def _review(request: dict[str, Any]) -> dict[str, Any]:
+    """The AdmissionReview the webhook sends OPA for `request`."""
+    review = {
+        "uid": request["name"],
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "operation": request["operation"],
+        "namespace": request["namespace"],
+        "name": request["name"],
+        "object": request["object"],
+        "userInfo": request["userInfo"],
+    }
+    if request["subResource"]:
+        review["subResource"] = request["subResource"]
+    if request["oldObject"] is not None:
+        review["oldObject"] = request["oldObject"]
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": review}
+
+
+@pytest.fixture(scope="module")
+def celgate() -> Path:
+    """tools/go/celgate, built with the tools (tools/build-tools.sh celgate)."""
+    return built_tool("celgate")
+
+
+def _cel(celgate: Path, engine: str, params: dict[str, str], requests: list[Any]) -> list[Any]:
+    document = {
+        "validating": admission_policy_spec(),
+        "mutating": routing_policy_spec() if engine == ROUTING_ENGINE else None,
+        "params": {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": GATE_PARAMS_CONFIGMAP, "namespace": DEFAULT_GATE_NAMESPACE},
+            "data": params,
+        },
+        "cases": requests,
+    }
+    done = subprocess.run(
+        [str(celgate)], input=json.dumps(document), capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    results: list[Any] = json.loads(done.stdout)
+    return results
+
+
+def _opa(opa: Path, tmp: Path, params: dict[str, str], requests: list[Any]) -> dict[str, Any]:
+    """data.system.main for each request, by name, from one `opa eval`."""
+    policies = tmp / "policies"
+    policies.mkdir()
+    for stem, source in load_policies().items():
+        (policies / f"{stem}.rego").write_text(source)
+    data = {
+        "gpu_cluster": {"config": params},
+        "samples": {r["name"]: _review(r) for r in requests},
+    }
+    (tmp / "data.json").write_text(json.dumps(data))
+    query = "x := {name: d | some name, review in data.samples; d := data.system.main with input as review}"
+    done = subprocess.run(
+        [str(opa), "eval", "-f", "json", "-d", str(policies), "-d", str(tmp / "data.json"), query],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)["result"][0]["bindings"]["x"]
+    return result
+
+
+def _tolerates(tolerations: list[dict[str, str]]) -> bool:
+    taint = SAMPLES.pool_taint
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint["effect"]:
+            continue
+        if t.get("key") and t["key"] != taint["key"]:
+            continue
+        operator = t.get("operator") or "Equal"
+        if operator == "Exists" or (t.get("value") or "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def _wrong(sample: Sample, engine: str, request: dict[str, Any], outcome: str, message: str) -> str:
+    expected = sample.verdict(engine)
+    wanted = (sample.message or "").replace("{pod}", f"{request['namespace']}/{request['name']}")
+    if outcome != expected:
+        return f"{engine} {sample.name}: {outcome} ({message}), table says {expected}"
+    if outcome == "refused" and wanted not in message:
+        return f"{engine} {sample.name}: refused with {message!r}, not {wanted!r}"
+    return ""
+
+
+@pytest.mark.parametrize("source", sorted(OPERATORS))
+def test_samples_offline_every_engine_reaches_the_tables_verdicts(
+    celgate: Path, tmp_path: Path, source: str
+) -> None:
+    opa = built_tool("opa")
+    params = _params(OPERATORS[source])
+    requests = [_request(s, i, source) for i, s in enumerate(SAMPLES.samples)]
+    wrong: list[str] = []
+
+    decisions = _opa(opa, tmp_path, params, requests)
+    for sample, request in zip(SAMPLES.samples, requests, strict=True):
+        response = decisions[request["name"]]["response"]
+        outcome = "allowed" if response["allowed"] else "refused"
+        message = response.get("status", {}).get("message", "")
+        wrong.append(_wrong(sample, "opa", request, outcome, message))
+
+    for engine in ("validating-admission-policy", ROUTING_ENGINE):
+        results = _cel(celgate, engine, params, requests)
+        for sample, request, result in zip(SAMPLES.samples, requests, results, strict=True):
+            if result.get("error"):
+                wrong.append(f"{engine} {sample.name}: evaluation failed: {result['error']}")
+                continue
+            written = request["object"]["spec"]["schedulerName"]
+            stored = result["object"]["spec"]
+            if result["denied"]:
+                outcome = "refused"
+            elif stored.get("schedulerName") == SCHEDULER and written != SCHEDULER:
+                outcome = "routed"
+            elif stored.get("schedulerName") != written:
+                outcome = f"admitted with schedulerName {stored.get('schedulerName')}"
+            else:
+                outcome = "allowed"
+            wrong.append(_wrong(sample, engine, request, outcome, result["denied"]))
+            if engine == ROUTING_ENGINE and request["mutate"] and outcome in ("allowed", "routed"):
+                # A pod admitted onto the gate's scheduler tolerates the pool's taint; the
+                # gate gives none to a pod left elsewhere.
+                had = _tolerates(request["object"]["spec"].get("tolerations", []))
+                has = _tolerates(stored.get("tolerations", []))
+                if has != (had or stored.get("schedulerName") == SCHEDULER):
+                    wrong.append(f"{engine} {sample.name}: tolerations {stored.get('tolerations')}")
+    wrong = [w for w in wrong if w]
+    assert not wrong, "\n".join(wrong)
