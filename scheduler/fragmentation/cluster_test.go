@@ -10,8 +10,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
@@ -113,7 +115,7 @@ func newCluster(ctx context.Context, t testing.TB, nodes int, realism bool, seed
 	t.Helper()
 	metrics.Register() // the cache reports its size as kube-scheduler's metrics (once)
 	c := &cluster{
-		cache:    cache.New(ctx, nil, false, false),
+		cache:    cache.New(ctx, nil, utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload), false),
 		snapshot: cache.NewEmptySnapshot(),
 		rng:      rand.New(rand.NewPCG(seed, seed)),
 		logger:   klog.FromContext(ctx),

@@ -67,6 +67,15 @@ func (f *Fleet) Generation(name string) (int64, bool) {
 	return n.gen, true
 }
 
+// Free is the node's free room as last set.
+func (f *Fleet) Free(name string) (Room, bool) {
+	n, ok := f.nodes[name]
+	if !ok {
+		return Room{}, false
+	}
+	return n.free, true
+}
+
 // Names of the nodes, in no particular order.
 func (f *Fleet) Names() []string {
 	names := make([]string, len(f.list))

@@ -11,7 +11,9 @@
 // taking the whole node, less what its DaemonSet and static pods request) keeps a node only
 // such a pod fits from being broken up first. Each class's supply over the cluster is kept up
 // to date node by node (fleet.go, refresh.go), so a cycle costs what changed, not the fleet's
-// size. See model.go for the cost and bench/README.md for the numbers.
+// size. See model.go for the cost and bench/README.md for the numbers. A member of a gang
+// (a PodGroup with a gang policy, GenericWorkload) also counts its gang's pending members:
+// gang.go.
 //
 // The plugin needs the whole cluster's free room in every cycle, so it does not sign pods for
 // opportunistic batching (KEP-5598): a pod's best node depends on more than the pod.
@@ -60,8 +62,9 @@ type Plugin struct {
 	seen     map[types.UID]struct{}
 	seeded   bool
 	fleet    *Fleet
-	sweep    int // the next node of the snapshot's list the sweep reads
-	nodeless int // listed NodeInfos without a Node at the last full pass
+	sim      simulated // pods a pod group cycle placed in the snapshot only (gang.go)
+	sweep    int       // the next node of the snapshot's list the sweep reads
+	nodeless int       // listed NodeInfos without a Node at the last full pass
 }
 
 var (
@@ -115,6 +118,9 @@ func (p *Plugin) Name() string { return Name }
 type cycleState struct {
 	model *Model
 	pod   Amounts
+	// follow is, for a gang member, the cost per node of the rest of its gang once it is
+	// there (gang.go); nil for any other pod.
+	follow map[string]float64
 }
 
 func (s *cycleState) Clone() fwk.StateData { return s }
@@ -151,8 +157,9 @@ func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, 
 }
 
 // PreScore brings the fleet up to date with the snapshot and builds the model: the learned
-// classes and priors with their supply over every node (nodes the pod does not fit too).
-func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+// classes and priors with their supply over every node (nodes the pod does not fit too). For
+// a member of a gang, the model also holds the members still pending (gang.go).
+func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	lister := p.handle.SnapshotSharedLister().NodeInfos()
 	var podAmounts Amounts
 	if s, err := readState(state); err == nil {
@@ -161,7 +168,20 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 		podAmounts = p.PodAmounts(pod)
 	}
 
+	var same int
+	var known []Class
+	var needed []int64
+	if podAmounts.GPUs > 0 {
+		same, known, needed = knownDemand(p.gangPending(pod), podAmounts)
+	}
+
 	p.mu.Lock()
+	if !isGroupCycle(state) {
+		// Every pod group cycle undoes its placements before the next cycle starts: anything
+		// left is stale (a profile without the plugin at Reserve, say), and the fleet never
+		// counted it.
+		p.sim = simulated{}
+	}
 	p.seed()
 	p.observe(pod.UID, podAmounts) // a profile without the plugin at PreFilter learns here
 	err := p.refresh(lister)
@@ -171,8 +191,14 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 	}
 	classes := p.learner.Classes(p.config.maxClasses, priors, p.config.priorWeight)
 	var model *Model
-	if err == nil && len(classes) > 0 {
-		model = p.fleet.Model(classes)
+	if err == nil && len(classes)+len(known) > 0 {
+		model = p.fleet.Model(append(classes, known...))
+		p.withSimulated(model)
+		// The room the gang's other shapes need is theirs: the rest is what others can use.
+		for i, n := range needed {
+			c := len(classes) + i
+			model.Supply[c] = max(model.Supply[c]-n, 0)
+		}
 	}
 	p.mu.Unlock()
 
@@ -182,21 +208,41 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 	if model == nil {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	state.Write(stateKey, &cycleState{model: model, pod: podAmounts})
+	s := &cycleState{model: model, pod: podAmounts}
+	if same > 0 {
+		frees := make([]Room, len(nodes))
+		for i, n := range nodes {
+			frees[i] = p.Free(n)
+		}
+		s.follow = make(map[string]float64, len(nodes))
+		for i, cost := range model.Followers(podAmounts, same, frees) {
+			if n := nodes[i].Node(); n != nil {
+				s.follow[n.Name] = cost
+			}
+		}
+	}
+	state.Write(stateKey, s)
 	if logger := klog.FromContext(ctx); logger.V(5).Enabled() {
-		logger.V(5).Info("GpuFragmentation model", "pod", klog.KObj(pod), "classes", len(classes))
+		logger.V(5).Info("GpuFragmentation model", "pod", klog.KObj(pod), "classes", len(classes), "gangFollowers", same, "gangShapes", len(known))
 	}
 	return nil
 }
 
-// Reserve: the node the pod was placed on changed; the next cycle reads it again.
-func (p *Plugin) Reserve(_ context.Context, _ fwk.CycleState, _ *v1.Pod, nodeName string) *fwk.Status {
+// Reserve: the node the pod was placed on changed; the next cycle reads it again. A pod group
+// cycle places the pod in its snapshot only: it is counted apart from the fleet (gang.go).
+func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	if isGroupCycle(state) {
+		p.simulate(pod, nodeName)
+	}
 	p.marks.mark(nodeName)
 	return nil
 }
 
 // Unreserve: the placement was undone; the next cycle reads the node again.
-func (p *Plugin) Unreserve(_ context.Context, _ fwk.CycleState, _ *v1.Pod, nodeName string) {
+func (p *Plugin) Unreserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
+	if isGroupCycle(state) {
+		p.unsimulate(pod)
+	}
 	p.marks.mark(nodeName)
 }
 
@@ -256,7 +302,11 @@ func (p *Plugin) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, node 
 	if err != nil {
 		return 0, fwk.AsStatus(err)
 	}
-	return int64(math.Round(s.model.Cost(p.Free(node), s.pod) * costScale)), nil
+	cost := s.model.Cost(p.Free(node), s.pod)
+	if s.follow != nil {
+		cost += s.follow[node.Node().Name]
+	}
+	return int64(math.Round(cost * costScale)), nil
 }
 
 // ScoreExtensions: NormalizeScore.

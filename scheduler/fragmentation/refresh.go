@@ -165,7 +165,9 @@ func (p *Plugin) read(name string, node fwk.NodeInfo) bool {
 			system = system.Add(p.res.room(pi.CalculateResource().Resource))
 		}
 	}
-	free := alloc.Sub(p.res.room(node.GetRequested()))
+	// The fleet is the cache's cluster: pods a pod group cycle placed in the snapshot only are
+	// not in it (gang.go).
+	free := alloc.Sub(p.res.room(node.GetRequested())).Add(p.sim.nodes[name])
 	p.fleet.Set(name, gen, free, WholeNode(alloc.Sub(system), &p.res.whole), alloc.TotalGPUs())
 	return true
 }
