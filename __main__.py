@@ -147,6 +147,7 @@ gate = OpaGate(
         operator_pods=config.gpu_operator.operator_pods(
             config.admission.external_gpu_operator_namespace
         ),
+        gang_pods=config.scheduler.gang_scheduling,
     ),
 )
 

@@ -476,4 +476,14 @@ class Ownership:
             else:
                 result.set_result(record)
 
-        self._task = asyncio.ensure_future(check())
+        async def checked() -> None:
+            # Whatever goes wrong reaches what waits for the verdict: an unanswered verdict
+            # would hold the whole program forever.
+            try:
+                await check()
+            except BaseException as exc:
+                if not result.done():
+                    result.set_exception(exc)
+                raise
+
+        self._task = asyncio.ensure_future(checked())

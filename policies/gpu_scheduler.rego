@@ -14,6 +14,10 @@
 # binpack scheduler places there, each seeing room the other has just taken) is denied too off
 # the binpack scheduler, unless it is created bound to a node or by the DaemonSet controller
 # for a DaemonSet (pool_pods.* of data.gpu_cluster.config).
+# With gang_pods "true" (the stack's scheduler places gangs), a pod CREATE of a PodGroup
+# (spec.schedulingGroup) that asks for no GPU and is no pool pod, a launcher say, is denied off
+# the binpack scheduler too: a gang whose members go to two schedulers never starts whole, and
+# admission cannot see whether the group's other pods ask for GPUs.
 # Not judged: a node's mirror pods of its static pods, and the GPU Operator's own pods
 # (operator_pods.* of data.gpu_cluster.config).
 #
@@ -78,6 +82,11 @@ config_errors contains "pool_pods.taint.key (non-empty), pool_pods.taint.value, 
 	some key in pool_keys
 	config[key]
 	not valid_pool_pods
+}
+
+config_errors contains "gang_pods must be true or false" if {
+	some value in [config.gang_pods]
+	not value in {"", "true", "false"}
 }
 
 # The items of a comma-separated list; "" is the empty list.
@@ -431,6 +440,15 @@ pool_pod if {
 	not pool_daemonset_pod
 }
 
+# A pod being created, not bound to a node, of a PodGroup, when the gate keeps gangs on the
+# binpack scheduler.
+gang_pod if {
+	pod_create
+	config.gang_pods == "true"
+	not preset_node_name
+	non_empty_string(spec.schedulingGroup.podGroupName)
+}
+
 # Decisions
 
 deny contains msg if {
@@ -475,6 +493,21 @@ deny contains msg if {
 	msg := sprintf(
 		`pod "%s" tolerates the GPU pool's taint %s but spec.schedulerName is %s; pods that tolerate it must set spec.schedulerName: %s (one scheduler places every pod on the pool's nodes)`,
 		[pod_display, pool_taint.key, scheduler_shown, configured_scheduler_name],
+	)
+}
+
+# A gang member that asks for no GPU and tolerates no pool taint (those are judged above).
+deny contains msg if {
+	pod_create
+	not exempt
+	count(config_errors) == 0
+	count(requested_gpu_resources) == 0
+	not pool_pod
+	gang_pod
+	not uses_binpack_scheduler
+	msg := sprintf(
+		`pod "%s" is a member of PodGroup %s but spec.schedulerName is %s; pods of a PodGroup must set spec.schedulerName: %s (a gang on two schedulers never starts whole)`,
+		[pod_display, spec.schedulingGroup.podGroupName, scheduler_shown, configured_scheduler_name],
 	)
 }
 

@@ -845,3 +845,51 @@ test_allow_a_running_pool_pod_being_debugged if {
 test_malformed_pool_pods_are_a_config_error if {
 	config_errors == {"pool_pods.taint.key (non-empty), pool_pods.taint.value, pool_pods.taint.effect (non-empty) and pool_pods.daemonset_controllers (a comma-separated list of non-empty strings) must be set together"} with data.gpu_cluster.config as object.union(gate_config, {"pool_pods.taint.key": "", "pool_pods.daemonset_controllers": ""})
 }
+
+# Gang pods: with gang_pods "true", every pod of a PodGroup is placed by the binpack scheduler.
+
+gang_config := object.union(pool_config, {"gang_pods": "true"})
+
+in_group := {"schedulingGroup": {"podGroupName": "job-7"}}
+
+gang_denial(scheduler) := sprintf(`pod "team-a/train-0" is a member of PodGroup job-7 but spec.schedulerName is %s; pods of a PodGroup must set spec.schedulerName: gpu-binpack-scheduler (a gang on two schedulers never starts whole)`, [scheduler])
+
+test_deny_a_cpu_gang_member_off_the_scheduler if {
+	deny == {gang_denial(`"default-scheduler"`)} with input as review_of({"spec": object.union(in_group, {"schedulerName": "default-scheduler"})})
+		with data.gpu_cluster.config as gang_config
+	deny == {gang_denial(`"team-scheduler"`)} with input as review_of({"spec": object.union(in_group, {"schedulerName": "team-scheduler"})})
+		with data.gpu_cluster.config as gang_config
+}
+
+test_allow_a_cpu_gang_member_on_the_scheduler if {
+	count(deny) == 0 with input as review_of({"spec": object.union(in_group, binpack)})
+		with data.gpu_cluster.config as gang_config
+}
+
+test_a_gpu_gang_member_is_judged_as_a_gpu_pod_only if {
+	deny == {unset_gpu_denial} with input as gpu_pod_review(in_group)
+		with data.gpu_cluster.config as gang_config
+}
+
+test_a_gang_member_tolerating_the_pool_is_judged_as_a_pool_pod_only if {
+	deny == {pool_denial(`"default-scheduler"`)} with input as pool_pod_review(tolerates_pool, object.union(in_group, {"schedulerName": "default-scheduler"}))
+		with data.gpu_cluster.config as gang_config
+}
+
+test_allow_gang_members_anywhere_while_gangs_are_not_the_gates if {
+	count(deny) == 0 with input as review_of({"spec": object.union(in_group, {"schedulerName": "default-scheduler"})})
+		with data.gpu_cluster.config as pool_config
+	count(deny) == 0 with input as review_of({"spec": object.union(in_group, {"schedulerName": "default-scheduler"})})
+		with data.gpu_cluster.config as object.union(pool_config, {"gang_pods": "false"})
+}
+
+test_allow_a_gang_member_created_bound_to_a_node if {
+	count(deny) == 0 with input as review_of({"spec": object.union(in_group, {"nodeName": "gpu-1"})})
+		with data.gpu_cluster.config as gang_config
+}
+
+test_a_malformed_gang_switch_is_a_configuration_error if {
+	config_errors == {"gang_pods must be true or false"} with data.gpu_cluster.config as object.union(gate_config, {"gang_pods": "yes"})
+	deny == {`pod "team-a/train-0" requests nvidia.com/gpu but the GPU scheduler gate is not configured (gang_pods must be true or false); GPU pods are refused until it is`} with input as gpu_pod_review(binpack)
+		with data.gpu_cluster.config as object.union(gate_config, {"gang_pods": "yes"})
+}

@@ -4,6 +4,9 @@ a real API server under the real engine: tests/e2e/test_shared_cluster.py."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import pytest
 
 from components.ownership import (
@@ -186,3 +189,30 @@ def test_ownership_a_namespace_without_settings_is_named_by_its_layer() -> None:
         "exists and this stack did not create it"
     )
     assert "createNamespace" not in str(problem)
+
+
+def test_ownership_a_check_that_breaks_fails_the_run_instead_of_holding_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Everything waits for the verdict: an error inside the check reaches the program (which
+    then fails, naming it) rather than leaving the verdict unanswered and the run waiting."""
+    from components import ownership
+
+    def broken(*_args: object, **_kwargs: object) -> list[object]:
+        raise RuntimeError("the check broke")
+
+    monkeypatch.setattr(ownership, "object_problems", broken)
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        asyncio.set_event_loop(asyncio.new_event_loop())
+        try:
+            run_program("dev")
+        except BaseException as exc:  # what the run ends with
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "the run still waits for the verdict"
+    assert [str(f) for f in failure] == ["the check broke"]

@@ -13,7 +13,10 @@
    by the stack's own scheduler (a kube-scheduler process started from the applied
    ConfigMap with the token of the stack's ServiceAccount); a GPU pod without the scheduler
    name, routed to that scheduler (or refused, with a reject-only admission engine); one
-   naming another scheduler, refused by the applied gate; a CPU pod, kept off the GPU nodes.
+   naming another scheduler, refused by the applied gate; a CPU pod, kept off the GPU nodes;
+   with scheduler.gangScheduling, a distributed job (an indexed Job of GPU workers and a
+   launcher in one PodGroup) that waits whole while the pool is full and starts whole when
+   room appears (tools/harness/gangs.py).
 5. Shows the dashboard ConfigMap and the PrometheusRule, runs `pulumi destroy` and checks the
    nodes are as before and no object of the stack is left.
 
@@ -36,6 +39,8 @@ import yaml
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
+from tools.harness import gangs
+from tools.harness.pulumi_engine import project_config
 from tools.harness.stack import STACK_TOOLS, AppliedStack, StackError
 from tools.harness.tools import missing_tools
 
@@ -146,7 +151,26 @@ def workloads(applied: AppliedStack) -> None:
     web = wait_running(core, ns, ["web"])["web"]
     where = "a GPU node!" if web.spec.node_name in applied.gpu_nodes else "a CPU node"
     print(f"  web: Running on {web.spec.node_name} ({where})")
+    if (project_config(applied.stack).get("scheduler") or {}).get("gangScheduling"):
+        gang_job(applied, core, ns)
     core.delete_namespace(ns)
+
+
+def gang_job(applied: AppliedStack, core: Any, ns: str) -> None:
+    workers = 3
+    step(f"a gang: an indexed Job of {workers} GPU workers and a launcher in one PodGroup")
+    fillers = gangs.fill_pool(core, ns, applied.gpu_nodes, leave=workers - 1)
+    print(f"  the pool filled but for {workers - 1} GPUs ({len(fillers)} filler pods)")
+    gang = gangs.submit_gang(applied.api_client(), ns, "train-gang", workers)
+    gang.wait_created(core)
+    time.sleep(10)
+    print(
+        f"  after 10 s, members bound: {len(gang.bound(core))} of {gang.members} (none: whole or not at all)"
+    )
+    core.delete_namespaced_pod(fillers[0], ns, grace_period_seconds=0)
+    print(f"  {fillers[0]} deleted")
+    for name, node in sorted(gang.wait_started(core).items()):
+        print(f"  {name}: started on {node}, bound by {scheduled_by(core, ns, name)}")
 
 
 def monitoring(applied: AppliedStack) -> None:

@@ -126,6 +126,9 @@ class OpaGateArgs(OpaGateSettings):
     routed GPU pods that lack it, and every engine keeps the pods that tolerate the pool's
     taint (pool pods, not the DaemonSet controller's) on the scheduler like GPU pods. None:
     neither."""
+    gang_pods: Annotated[bool, Runtime()] = False
+    """Whether the stack's scheduler places gangs (scheduler.gangScheduling): every pod of a
+    PodGroup is then kept on it, GPU or not."""
     namespace: Annotated[str, Runtime()] = DEFAULT_GATE_NAMESPACE
     """The gate's own namespace (created, and excluded from the gate)."""
     opa_image: Annotated[str, Runtime()] = "openpolicyagent/opa:1.22.2"
@@ -199,6 +202,7 @@ class OpaGate(ClusterLayer):
                 args.gpu_resource_prefixes,
                 operator_pods=args.operator_pods,
                 pool_toleration=v[2],
+                gang_pods=args.gang_pods,
             )
         )
 

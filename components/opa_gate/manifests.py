@@ -84,6 +84,7 @@ def gate_data(
     *,
     operator_pods: OperatorPods | None = None,
     pool_toleration: Mapping[str, str] | None = None,
+    gang_pods: bool = False,
 ) -> dict[str, str]:
     """The gate's one parameter document (policies/README.md, "Data contract"): string keys
     and values, the data of the params ConfigMap the native policies read as `params`, and the
@@ -93,6 +94,7 @@ def gate_data(
     `operator_pods` (the GPU Operator's own pods) are left out when None. `pool_toleration`
     (TaintedGpuPool's, which names the pool's taint exactly) makes the pods that tolerate the
     pool's taint `pool_pods`, kept on the scheduler like GPU pods; none when None.
+    `gang_pods` (the stack's scheduler places gangs) keeps every pod of a PodGroup on it too.
     """
     data = {
         "scheduler_name": scheduler_name,
@@ -109,6 +111,8 @@ def gate_data(
         for key in ("key", "value", "effect"):
             data[f"pool_pods.taint.{key}"] = pool_toleration.get(key, "")
         data["pool_pods.daemonset_controllers"] = LIST_SEPARATOR.join(sorted(DAEMONSET_CONTROLLERS))
+    if gang_pods:  # only when on: a stack without gangs keeps its document as it was
+        data["gang_pods"] = "true"
     return data
 
 

@@ -15,6 +15,7 @@ from components.binpack_scheduler.settings import (
     GANG_GROUP_VERSION,
     BinpackSchedulerSettings,
 )
+from components.opa_gate.manifests import GATE_PARAMS_CONFIGMAP
 from stack_config import ConfigError, parse_stack_config
 from tests.conftest import run_program
 
@@ -130,3 +131,17 @@ def test_without_gangs_the_kubeadm_inputs_stay_as_they_were() -> None:
     (kubeadm,) = run_program("dev").of_type(KUBEADM_CONFIG)
     assert "runtime_config" not in kubeadm.inputs
     assert GANG_FEATURE_GATE not in kubeadm.inputs["feature_gates"]
+
+
+def test_the_gate_keeps_every_pod_of_a_podgroup_on_the_stacks_scheduler_only_with_gangs() -> None:
+    def params(recording: Any) -> dict[str, str]:
+        (found,) = [
+            r
+            for r in recording.of_type("kubernetes:core/v1:ConfigMap")
+            if r.inputs["metadata"]["name"] == GATE_PARAMS_CONFIGMAP
+        ]
+        return dict(found.inputs["data"])
+
+    on = run_program("dev", {"scheduler": {"gangScheduling": True}, "kubernetesVersion": V1_37})
+    assert params(on)["gang_pods"] == "true"
+    assert "gang_pods" not in params(run_program("dev"))

@@ -23,6 +23,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from components.opa_gate.settings import DEFAULT_GATE_NAMESPACE
+from tools.harness import gangs
 from tools.harness.charts import release_values
 from tools.harness.pulumi_engine import project_config as stack_config
 from tools.harness.stack import AppliedStack, StackError
@@ -195,121 +196,35 @@ def test_gpu_pod_of_a_stack_priority_class_runs_with_its_priority(
     assert running.spec.node_name in applied.gpu_nodes
 
 
-def _free_gpus(core: Any, node: str) -> int:
-    """GPUs of `node` no pod bound there (and not finished) requests."""
-    allocatable = int(core.read_node(node).status.allocatable.get(GPU, "0"))
-    pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
-    used = sum(
-        int(((c.resources and c.resources.limits) or {}).get(GPU, "0"))
-        for pod in pods
-        if pod.status.phase not in ("Succeeded", "Failed")
-        for c in pod.spec.containers
-    )
-    return allocatable - used
-
-
-def _on_node(pod: dict[str, Any], node: str) -> dict[str, Any]:
-    """`pod`, required on `node` by its name (not bound: the scheduler places it)."""
-    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
-    pod["spec"]["affinity"] = {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
-        }
-    }
-    return pod
-
-
-def _bound(core: Any, namespace: str, selector: str) -> dict[str, str]:
-    """{pod: node} of the pods of `selector` bound to a node."""
-    pods = core.list_namespaced_pod(namespace, label_selector=selector).items
-    return {p.metadata.name: p.spec.node_name for p in pods if p.spec.node_name}
-
-
 def test_a_gang_of_gpu_workers_waits_whole_while_the_pool_is_full_then_starts_whole(
     applied: AppliedStack, namespace: str
 ) -> None:
-    """An indexed Job of GPU workers in one PodGroup (gang, minCount = its parallelism), as a
-    user submits a distributed job: with room for all but one worker none is bound; once
-    room appears every worker is bound by the stack's scheduler and runs."""
+    """An indexed Job of GPU workers and a CPU-only launcher in one PodGroup (gang, minCount
+    = all of them), as a user submits a distributed job, none naming a scheduler: the gate
+    routes every member to the stack's scheduler, the launcher too; with room for all but one
+    worker none is bound; once room appears every member is bound by it and starts."""
     if not stack_config(applied.stack).get("scheduler", {}).get("gangScheduling"):
         pytest.skip(f"stack {applied.stack} leaves scheduler.gangScheduling off")
     core = _core(applied)
+    scheduler = applied.outputs["schedulerName"]
     workers = 3
-    # Pods of earlier scenarios still going (their namespaces being deleted) free their GPUs
-    # only once gone.
-    deadline = time.monotonic() + 120
-    while any(n.status.phase == "Terminating" for n in core.list_namespace().items) or any(
-        p.metadata.deletion_timestamp for p in core.list_pod_for_all_namespaces().items
-    ):
-        assert time.monotonic() < deadline, "the pods of earlier scenarios are still going"
-        time.sleep(0.5)
-    # Fill the pool but for workers - 1 GPUs, one free GPU on each of the first nodes.
-    free = {node: _free_gpus(core, node) for node in applied.gpu_nodes}
-    assert sum(free.values()) >= workers, free
-    keep = dict.fromkeys(sorted(free)[: workers - 1], 1)
-    fillers = []
-    for node, count in free.items():
-        take = count - keep.get(node, 0)
-        if take > 0:
-            name = f"filler-{node}"
-            core.create_namespaced_pod(namespace, _on_node(_gpu_pod(name, None, take), node))
-            fillers.append(name)
-    for name in fillers:
-        _wait_pod(core, namespace, name)
-
-    group = f"train-{uuid.uuid4().hex[:6]}"
-    client.CustomObjectsApi(applied.api_client()).create_namespaced_custom_object(
-        "scheduling.k8s.io",
-        "v1beta1",
-        namespace,
-        "podgroups",
-        {
-            "apiVersion": "scheduling.k8s.io/v1beta1",
-            "kind": "PodGroup",
-            "metadata": {"name": group},
-            "spec": {"schedulingPolicy": {"gang": {"minCount": workers}}},
-        },
+    free = gangs.fill_pool(core, namespace, applied.gpu_nodes, leave=workers - 1)
+    gang = gangs.submit_gang(
+        applied.api_client(), namespace, f"train-{uuid.uuid4().hex[:6]}", workers
     )
-    worker = _gpu_pod("worker", None)["spec"]
-    worker["schedulingGroup"] = {"podGroupName": group}
-    worker["restartPolicy"] = "Never"
-    job: Any = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": group},
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": workers,
-            "parallelism": workers,
-            "template": {"metadata": {"labels": {"gang": group}}, "spec": worker},
-        },
-    }
-    client.BatchV1Api(applied.api_client()).create_namespaced_job(namespace, job)
-    selector = f"gang={group}"
-    deadline = time.monotonic() + 30
-    while len(core.list_namespaced_pod(namespace, label_selector=selector).items) < workers:
-        assert time.monotonic() < deadline, "the Job did not create its workers"
-        time.sleep(0.5)
+    gang.wait_created(core)
+    launcher = core.read_namespaced_pod(gang.launcher, namespace)
+    assert launcher.spec.scheduler_name == scheduler, "the launcher was not routed"
+    assert not [t for t in launcher.spec.tolerations or [] if t.key == GPU]
     time.sleep(2 * SETTLE_SECONDS)
-    assert _bound(core, namespace, selector) == {}, f"part of the gang was bound (free: {free})"
+    assert gang.bound(core) == {}, "part of the gang was bound"
 
-    core.delete_namespaced_pod(fillers[0], namespace, grace_period_seconds=0)
-    deadline = time.monotonic() + 90
-    while len(bound := _bound(core, namespace, selector)) < workers:
-        assert time.monotonic() < deadline, f"the gang did not start whole: {bound}"
-        time.sleep(0.5)
-    assert set(bound.values()) <= set(applied.gpu_nodes)
-    # Started: running, or done already (the simulated kubelet completes a Job's pods).
-    deadline = time.monotonic() + 60
-    while phases := {
-        p.metadata.name: p.status.phase
-        for p in core.list_namespaced_pod(namespace, label_selector=selector).items
-        if p.status.phase not in ("Running", "Succeeded")
-    }:
-        assert time.monotonic() < deadline, f"bound but not started: {phases}"
-        time.sleep(0.5)
-    for name in bound:
-        assert _scheduled_by(core, namespace, name) == {applied.outputs["schedulerName"]}
+    core.delete_namespaced_pod(free[0], namespace, grace_period_seconds=0)
+    started = gang.wait_started(core)
+    assert started.pop(gang.launcher) not in applied.gpu_nodes, "the launcher is on the pool"
+    assert set(started.values()) <= set(applied.gpu_nodes)
+    for name in [*started, gang.launcher]:
+        assert _scheduled_by(core, namespace, name) == {scheduler}
 
 
 def test_gpu_pod_without_the_scheduler_name_is_refused_by_a_reject_only_gate(

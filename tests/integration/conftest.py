@@ -29,6 +29,7 @@ from tools.harness import (
     missing_tools,
     tools_bin,
 )
+from tools.harness.stack import GANG_APISERVER_FLAGS
 
 INTEGRATION_DIR = Path(__file__).resolve().parent
 
@@ -87,9 +88,11 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[LocalControlPlane]:
-    """One etcd + kube-apiserver shared by the whole session (default flags)."""
+    """One etcd + kube-apiserver shared by the whole session, serving what the local cluster
+    serves: its defaults and PodGroups (GANG_APISERVER_FLAGS, as ControlPlaneFeatures turns
+    them on for scheduler.gangScheduling)."""
     require_tools(*CONTROL_PLANE_TOOLS)
-    with _sigterm_as_interrupt(), LocalControlPlane() as cp:
+    with _sigterm_as_interrupt(), LocalControlPlane(list(GANG_APISERVER_FLAGS)) as cp:
         yield cp
 
 

@@ -10,21 +10,12 @@ import pytest
 from components.binpack_scheduler.settings import (
     GANG_GROUP_VERSION,
     GANG_RESOURCE,
-    BinpackSchedulerSettings,
 )
 from components.cluster_access import check_served_api
 from components.settings import ConfigError
 from tools.harness import LocalControlPlane
 
 KEY = "scheduler.gangScheduling"
-NEEDS = BinpackSchedulerSettings(gang_scheduling=True).control_plane_needs
-
-
-def _flags() -> list[str]:
-    """The API server flags of what gangs need, as ControlPlaneFeatures sets them."""
-    gates = ",".join(f"{g}={str(v).lower()}" for g, v in NEEDS.feature_gates.items())
-    versions = ",".join(f"{g}={str(v).lower()}" for g, v in NEEDS.runtime_config.items())
-    return [f"--feature-gates={gates}", f"--runtime-config={versions}"]
 
 
 def _check(cp: LocalControlPlane) -> str | None:
@@ -34,10 +25,10 @@ def _check(cp: LocalControlPlane) -> str | None:
 
 
 def test_an_api_server_without_podgroups_refuses_gangs_naming_the_key(
-    control_plane: LocalControlPlane,
+    control_plane_factory: Callable[..., LocalControlPlane],
 ) -> None:
     with pytest.raises(ConfigError) as excinfo:
-        _check(control_plane)
+        _check(control_plane_factory([]))
     (problem,) = excinfo.value.problems
     assert str(problem) == (
         f"gpu-cluster:{KEY}: got True; the cluster does not serve {GANG_RESOURCE} in "
@@ -46,9 +37,10 @@ def test_an_api_server_without_podgroups_refuses_gangs_naming_the_key(
 
 
 def test_an_api_server_with_what_gangs_need_serves_podgroups(
-    control_plane_factory: Callable[..., LocalControlPlane],
+    control_plane: LocalControlPlane,
 ) -> None:
-    assert _check(control_plane_factory(_flags())) is None
+    # The session's control plane runs with GANG_APISERVER_FLAGS (tests/integration/conftest.py).
+    assert _check(control_plane) is None
 
 
 def test_an_unreachable_cluster_is_a_warning_not_a_refusal(

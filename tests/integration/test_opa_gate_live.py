@@ -100,6 +100,7 @@ GATES = {
             SAMPLES.gpu_resource_prefixes,
             operator_pods=operator,
             pool_toleration=POOL_TOLERATION,
+            gang_pods=SAMPLES.gang_pods,
         ),
         namespace=GATE_NAMESPACE if source == INSTALLED else f"{GATE_NAMESPACE}-{source}",
     )
@@ -558,11 +559,12 @@ def _debug(
 
 
 def _routing_toleration_wrong(sample: Sample, api_client: Any, stored: Any, written: Any) -> str:
-    """Under the routing engine, a pod admitted onto the gate's scheduler tolerates the pool's
-    taint, and the gate gives none to a pod left elsewhere: what is wrong, or ""."""
+    """Under the routing engine, a GPU pod admitted onto the gate's scheduler tolerates the
+    pool's taint, and the gate gives none to any other pod: what is wrong, or ""."""
     had = tolerates(stored_tolerations(api_client, written), POOL_TAINT)
     has = tolerates(stored_tolerations(api_client, stored), POOL_TAINT)
-    wanted = had or stored.spec.scheduler_name == SCHEDULER
+    on_gate = stored.spec.scheduler_name == SCHEDULER
+    wanted = had or (on_gate and SAMPLES.asks_for_gpu(sample))
     if has == wanted:
         return ""
     state = "tolerates" if has else "does not tolerate"

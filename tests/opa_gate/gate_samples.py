@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 import yaml
 
+from components.gpu_resources import gated_names, gated_prefixes
+
 SAMPLES_FILE = Path(__file__).resolve().parents[2] / "policies" / "samples.yaml"
 Verdict = Literal["allowed", "routed", "refused"]
 VERDICTS: tuple[Verdict, ...] = ("allowed", "routed", "refused")
@@ -119,7 +121,24 @@ class SampleTable:
     gpu_resource_prefixes: list[str]
     pool_taint: dict[str, str]
     """The GPU pool's taint (TaintedGpuPool's gpuPool.taint)."""
+    gang_pods: bool
+    """Whether the stack's scheduler places gangs (scheduler.gangScheduling)."""
     samples: list[Sample]
+
+    def asks_for_gpu(self, sample: Sample) -> bool:
+        """Whether the sample's pod asks for a GPU as the gate counts them: a resource the gate
+        data gates (every GPU of components/gpu_resources.py and the table's) above zero in a
+        container's limits, or a DRA claim."""
+        names = set(gated_names(self.gpu_resources))
+        prefixes = tuple(gated_prefixes(self.gpu_resource_prefixes))
+        containers = [
+            c for field in ("containers", "initContainers") for c in sample.spec.get(field, [])
+        ]
+        return bool(sample.spec.get("resourceClaims")) or any(
+            (name in names or name.startswith(prefixes)) and str(value) not in ("0", "0m")
+            for c in containers
+            for name, value in (c.get("limits") or {}).items()
+        )
 
 
 def _identity(raw: dict[str, Any] | None) -> Identity | None:
@@ -152,5 +171,6 @@ def load_samples(path: Path = SAMPLES_FILE) -> SampleTable:
         gpu_resources=list(raw["gpu_resources"]),
         gpu_resource_prefixes=list(raw["gpu_resource_prefixes"]),
         pool_taint=dict(raw["pool_taint"]),
+        gang_pods=bool(raw.get("gang_pods", False)),
         samples=samples,
     )

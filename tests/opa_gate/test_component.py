@@ -600,5 +600,5 @@ def test_opa_gate_routing_engine_routes_pool_pods() -> None:
     recording = _make_gate(engine="mutating-admission-policy", pool_toleration=POOL_TOLERATION)
     (routing,) = recording.of_type(MAP)
     conditions = {c["name"]: c["expression"] for c in routing.inputs["spec"]["matchConditions"]}
-    assert "v_poolPod" in conditions["gpu-or-pool-pod"]
-    assert "variables." not in conditions["gpu-or-pool-pod"]
+    assert "v_poolPod" in conditions["gpu-pool-or-gang-pod"]
+    assert "variables." not in conditions["gpu-pool-or-gang-pod"]

@@ -255,7 +255,7 @@ def test_opa_gate_manifests_routing_policy_patches_unbound_gpu_pods() -> None:
     spec = routing_policy_spec()
     assert spec["reinvocationPolicy"] == "IfNeeded"
     assert spec["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
-    assert [c["name"] for c in spec["matchConditions"]] == ["gpu-or-pool-pod", "not-bound"]
+    assert [c["name"] for c in spec["matchConditions"]] == ["gpu-pool-or-gang-pod", "not-bound"]
     # The scheduler, then the pool's toleration (only with a valid pool in the parameters).
     assert len(spec["mutations"]) == 2
     assert {m["patchType"] for m in spec["mutations"]} == {"JSONPatch"}
@@ -320,8 +320,9 @@ def test_opa_gate_manifests_gate_data_names_the_pool_taint_of_the_pools_tolerati
 
 
 def test_opa_gate_manifests_native_policies_read_the_pool_from_their_parameter() -> None:
-    (pool_rule,) = admission_policy_spec()["validations"][4:]
-    assert "variables.poolPod" in pool_rule["expression"]
+    validations = admission_policy_spec()["validations"]
+    (pool_rule,) = [v for v in validations if "pool's taint" in v["messageExpression"]]
+    assert "!variables.poolPod" in pool_rule["expression"]
 
 
 @pytest.mark.parametrize(

@@ -67,6 +67,7 @@ def _params(operator: OperatorPods | None) -> dict[str, str]:
         SAMPLES.gpu_resource_prefixes,
         operator_pods=operator,
         pool_toleration=POOL_TOLERATION,
+        gang_pods=SAMPLES.gang_pods,
     )
 
 
@@ -247,11 +248,12 @@ def test_samples_offline_every_engine_reaches_the_tables_verdicts(
                 outcome = "allowed"
             wrong.append(_wrong(sample, engine, request, outcome, result["denied"]))
             if engine == ROUTING_ENGINE and request["mutate"] and outcome in ("allowed", "routed"):
-                # A pod admitted onto the gate's scheduler tolerates the pool's taint; the
-                # gate gives none to a pod left elsewhere.
+                # A GPU pod admitted onto the gate's scheduler tolerates the pool's taint; the
+                # gate gives none to any other pod.
                 had = _tolerates(request["object"]["spec"].get("tolerations", []))
                 has = _tolerates(stored.get("tolerations", []))
-                if has != (had or stored.get("schedulerName") == SCHEDULER):
+                on_gate = stored.get("schedulerName") == SCHEDULER
+                if has != (had or (on_gate and SAMPLES.asks_for_gpu(sample))):
                     wrong.append(f"{engine} {sample.name}: tolerations {stored.get('tolerations')}")
     wrong = [w for w in wrong if w]
     assert not wrong, "\n".join(wrong)

@@ -109,7 +109,7 @@ class PodNetwork:
             self._added = False
 
 
-def _items_flag(flag: str, items: Mapping[str, bool] | None) -> list[str]:
+def items_flag(flag: str, items: Mapping[str, bool] | None) -> list[str]:
     """`[--flag=A=true,B=false]` for `items`, sorted; nothing for none."""
     if not items:
         return []
@@ -138,8 +138,8 @@ class LocalCluster(Lifecycle):
         flags = ["--enable-aggregator-routing=true"]
         if admission_plugins:
             flags.append(f"--enable-admission-plugins={','.join(admission_plugins)}")
-        self.component_flags = _items_flag("--feature-gates", feature_gates)
-        flags += self.component_flags + _items_flag("--runtime-config", runtime_config)
+        self.component_flags = items_flag("--feature-gates", feature_gates)
+        flags += self.component_flags + items_flag("--runtime-config", runtime_config)
         self.control_plane = LocalControlPlane(
             [*flags, *extra_apiserver_flags],
             startup_timeout=startup_timeout,

@@ -29,7 +29,7 @@ from pulumi import automation as auto
 from components.binpack_scheduler.settings import BinpackSchedulerSettings
 from tools.harness.charts import MONITORING_CRDS, chart_overrides
 from tools.harness.child_process import Lifecycle
-from tools.harness.cluster import CLUSTER_TOOLS, LocalCluster
+from tools.harness.cluster import CLUSTER_TOOLS, LocalCluster, items_flag
 from tools.harness.fake_nodes import FakeNode, cpu_node, gpu_node
 from tools.harness.pulumi_engine import (
     COMMAND_RECORD_VARIABLE,
@@ -56,6 +56,11 @@ STACK_TOOLS = (
 # the local cluster serves PodGroups whichever stack runs on it.
 ADMISSION_PLUGINS = ("ExtendedResourceToleration",)
 GANG_NEEDS = BinpackSchedulerSettings(gang_scheduling=True).control_plane_needs
+GANG_APISERVER_FLAGS = (
+    *items_flag("--feature-gates", GANG_NEEDS.feature_gates),
+    *items_flag("--runtime-config", GANG_NEEDS.runtime_config),
+)
+"""The API server flags of what gangs need, as a test's control plane passes them."""
 LOCAL_CONTEXT = "local"
 
 
