@@ -11,6 +11,16 @@ device plugin is pointed at (its migStrategy follows mig.strategy). `values` is 
 {driver: {version: "580.95.05"}}. The chart's own dcgm-exporter ServiceMonitor stays off:
 MonitoringStack owns the only one.
 
+`allocation: dra` deploys the chart's GPUCluster instead of its ClusterPolicy: the DRA Driver
+for NVIDIA GPUs publishes GPUs and MIG devices in ResourceSlices, pods claim them from the
+DeviceClasses gpu.nvidia.com and mig.nvidia.com (the `device_classes` output) through
+ResourceClaims, or with DRAExtendedResource as `deviceclass.resource.kubernetes.io/<class>`,
+and kube-scheduler's DynamicResources plugin allocates them. No device plugin, time-slicing,
+MIG manager or toolkit is deployed then (the host's container runtime must inject CDI devices);
+the settings refuse what only those would honour. One model per cluster: no other GPU device
+plugin may run beside it (the same GPUs would be handed out twice).
+# Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-dra.html
+
 No GPU without a request: with the container toolkit's default, an unprivileged container that
 sets NVIDIA_VISIBLE_DEVICES=all reaches every GPU of its node without requesting one, and no
 scheduler counts it. The release tells the toolkit to ignore that variable in unprivileged
@@ -41,6 +51,7 @@ from components.gpu_operator.manifests import (
 from components.gpu_operator.settings import (
     DcgmTarget,
     GpuOperatorSettings,
+    allocation_device_classes,
 )
 from components.settings import PROJECT, Runtime
 from components.tainted_gpu_pool.settings import Taint, TaintEffect
@@ -73,6 +84,8 @@ class GpuOperator(ClusterLayer):
     """The values handed to the chart."""
     dcgm_target: DcgmTarget | None
     """Where dcgm-exporter is scraped; None when dcgm-exporter is disabled."""
+    device_classes: pulumi.Output[list[str]]
+    """The DeviceClasses pods claim GPUs from (allocation dra); empty with the device plugin."""
 
     def __init__(
         self, name: str, args: GpuOperatorArgs, opts: pulumi.ResourceOptions | None = None
@@ -127,6 +140,7 @@ class GpuOperator(ClusterLayer):
             pulumi.Output.from_input(args.namespace),
             values,
             args.dcgm_exporter.enabled,
+            list(allocation_device_classes(args.allocation)),
         )
 
     def _publish(
@@ -135,6 +149,7 @@ class GpuOperator(ClusterLayer):
         namespace: pulumi.Output[str],
         values: pulumi.Output[dict[str, Any]],
         dcgm_exporter: bool,
+        device_classes: list[str],
     ) -> None:
         """Set and register the outputs."""
         self.namespace = namespace
@@ -147,6 +162,7 @@ class GpuOperator(ClusterLayer):
             if dcgm_exporter
             else None
         )
+        self.device_classes = pulumi.Output.from_input(device_classes)
         self.register_outputs(
             {
                 "namespace": self.namespace,
@@ -154,5 +170,6 @@ class GpuOperator(ClusterLayer):
                 "release_status": self.release_status,
                 "chart_version": self.chart_version,
                 "values": self.values,
+                "device_classes": self.device_classes,
             }
         )

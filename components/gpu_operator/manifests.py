@@ -1,4 +1,5 @@
-"""The GPU Operator's objects as data: its namespace, the time-slicing ConfigMap, the chart values.
+"""The GPU Operator's objects as data: its namespace, the time-slicing ConfigMap, the chart values
+(ClusterPolicy's with allocation device-plugin, GPUCluster's with dra).
 
 Pure functions, settings in, plain dicts out; components/gpu_operator/component.py turns them into
 resources. Why the values look the way they do (the toolkit, CDI, the ServiceMonitor left to
@@ -81,6 +82,8 @@ def operator_values(
     device_plugin_config: str | None,
 ) -> dict[str, Any]:
     """The chart values: typed settings, then `settings.values` deep-merged over them."""
+    if settings.allocation == "dra":
+        return deep_merge(dra_values(settings, toleration), settings.values)
     tolerations = [dict(toleration)]
     device_plugin: dict[str, Any] = {"enabled": True}
     if device_plugin_config is not None:
@@ -116,3 +119,38 @@ def operator_values(
         "node-feature-discovery": {"worker": {"tolerations": tolerations}},
     }
     return deep_merge(typed, settings.values)
+
+
+def dra_values(settings: GpuOperatorSettings, toleration: Mapping[str, str]) -> dict[str, Any]:
+    """The typed chart values of allocation dra: the chart's GPUCluster in place of its
+    ClusterPolicy (chart v26.7.0+; which file of the chart carries each key:
+    components/gpu_operator/settings.py, DRA_CHART).
+
+    GPUCluster takes the DRA driver (its gpus capability always on), dcgm-exporter and the
+    common daemonset settings; the driver comes from the chart's default NVIDIADriver object
+    (driver.enabled) or is the host's. The device plugin stays off in case a ClusterPolicy is
+    ever rendered, so no GPU is handed out twice. ComputeDomains (Multi-Node NVLink, GB200-class
+    systems) default to on in GPUCluster and are turned off: set
+    values.draDriver.computeDomains.enabled where they are wanted.
+    """
+    tolerations = [dict(toleration)]
+    driver: dict[str, Any] = {"enabled": settings.driver.enabled}
+    if settings.driver.enabled:
+        driver["nvidiaDriverCRD"] = {"enabled": True}
+    return {
+        "operator": {"upgradeCRD": settings.operator.upgrade_crd},
+        "clusterPolicy": {"deployCR": False},
+        "gpuCluster": {"deployCR": True},
+        # GPUCluster renders .Values.daemonsets whole: its DRA kubelet plugin tolerates the taint.
+        "daemonsets": {"tolerations": tolerations},
+        "driver": driver,
+        "devicePlugin": {"enabled": False},
+        "draDriver": {"computeDomains": {"enabled": False}},
+        # The ServiceMonitor for dcgm-exporter belongs to MonitoringStack (monitoring_stack.py).
+        "dcgmExporter": {
+            "enabled": settings.dcgm_exporter.enabled,
+            "serviceMonitor": {"enabled": False},
+        },
+        "nfd": {"enabled": settings.nfd.enabled},
+        "node-feature-discovery": {"worker": {"tolerations": tolerations}},
+    }

@@ -1,9 +1,11 @@
 """The GPU Operator's settings: the stack config's gpuOperator, its rules and defaults.
 
 GpuOperatorSettings and its parts (driver, toolkit, device plugin and time-slicing, MIG, the
-operator's own options), the pinned chart, what the device plugin advertises (gpu_resources())
-and which pods are the operator's own (OperatorPods, for the admission gate). Why the toolkit
-ignores NVIDIA_VISIBLE_DEVICES in unprivileged containers: components/gpu_operator/component.py.
+operator's own options), the pinned chart, how GPUs reach pods (`allocation`: the device plugin's
+extended resources, or the DRA driver's DeviceClasses), what pods then ask for (gpu_resources(),
+device_classes()) and which pods are the operator's own (OperatorPods, for the admission gate).
+Why the toolkit ignores NVIDIA_VISIBLE_DEVICES in unprivileged containers:
+components/gpu_operator/component.py.
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ if TYPE_CHECKING:
 
 MigStrategy = Literal["none", "single", "mixed"]
 MIG_STRATEGIES: tuple[MigStrategy, ...] = get_args(MigStrategy)
+# How GPUs reach pods: the device plugin's extended resources (ClusterPolicy), or the DRA Driver
+# for NVIDIA GPUs publishing them in ResourceSlices (GPUCluster). One model per cluster.
+Allocation = Literal["device-plugin", "dra"]
+ALLOCATIONS: tuple[Allocation, ...] = get_args(Allocation)
 
 DEFAULT_REPOSITORY = "https://helm.ngc.nvidia.com/nvidia"
 DEFAULT_VERSION = "v26.3.3"
@@ -80,7 +86,7 @@ class Toolkit(Settings):
 
 
 class DevicePlugin(Settings):
-    """The NVIDIA device plugin (always deployed)."""
+    """The NVIDIA device plugin (deployed with allocation device-plugin, never with dra)."""
 
     time_slicing: TimeSlicing | None = None
     """Share each GPU between pods (needs mig.strategy none or single); unset advertises whole
@@ -91,7 +97,8 @@ class Mig(Settings):
     """How MIG devices are advertised."""
 
     strategy: Annotated[MigStrategy, choice(MIG_STRATEGIES)] = "single"
-    """none, single (as nvidia.com/gpu) or mixed (one resource per MIG profile)."""
+    """none, single (as nvidia.com/gpu) or mixed (one resource per MIG profile); the device
+    plugin's, so left unset with allocation dra."""
 
 
 class OperatorOptions(Settings):
@@ -133,6 +140,53 @@ DAEMONSET_CONTROLLERS = (
     "system:serviceaccount:kube-system:daemon-set-controller",
 )
 
+# DRA mode: the chart's GPUCluster (nvidia.com/v1alpha1, technology preview) instead of its
+# ClusterPolicy. GPUCluster deploys the DRA Driver for NVIDIA GPUs (its gpus capability always
+# on), DCGM and dcgm-exporter; not the device plugin, the toolkit, GFD or the MIG manager, and
+# the driver only through an NVIDIADriver object. First in chart v26.7.0; the keys the values
+# use were read in NVIDIA/gpu-operator deployments/gpu-operator: templates/gpucluster.yaml
+# (gpuCluster.deployCR, draDriver.*, dcgmExporter.*, daemonsets; commit 4651c82),
+# api/nvidia/v1alpha1/gpucluster_types.go (computeDomains.enabled defaults to true; commit
+# 2a07dc4), templates/nvidiadriver.yaml (driver.nvidiaDriverCRD.enabled; commit f61cd7f).
+# Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-dra.html
+DRA_CHART = (26, 7)
+# The operator's DRA prerequisite: a served resource.k8s.io DeviceClass API, Kubernetes v1.34.2+.
+DRA_KUBERNETES = (1, 34, 2)
+# The DeviceClasses GPUCluster installs: whole GPUs and MIG devices the MIG layout already made
+# (each profile a device of mig.nvidia.com, chosen in the claim, so no MIG strategy applies).
+# vfio.gpu.nvidia.com needs the driver's alpha PassthroughSupport gate and is left out.
+GPU_DEVICE_CLASS = "gpu.nvidia.com"
+MIG_DEVICE_CLASS = "mig.nvidia.com"
+DRA_DEVICE_CLASSES = (GPU_DEVICE_CLASS, MIG_DEVICE_CLASS)
+# With DRAExtendedResource (beta and on by default in v1.36, GA in v1.37) a container may ask
+# for `deviceclass.resource.kubernetes.io/<class>`, the implicit extended resource name of a
+# DeviceClass without spec.extendedResourceName (GPUCluster's set none: nvidia.com/gpu is not
+# theirs). kube-scheduler's DynamicResources plugin allocates it from the ResourceSlices.
+# Ref: k8s.io/api@v0.37.2 resource/v1/types.go (ResourceDeviceClassPrefix)
+DEVICE_CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
+_KUBERNETES_VERSION = re.compile(r"v?([0-9]+)\.([0-9]+)\.([0-9]+)", re.ASCII)
+
+
+def _version_triple(version: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of a version such as v1.37.2; None for anything else."""
+    match = _KUBERNETES_VERSION.match(version)
+    return None if match is None else (int(match[1]), int(match[2]), int(match[3]))
+
+
+def allocation_device_classes(allocation: Allocation) -> tuple[str, ...]:
+    """The DeviceClasses an operator deployed with `allocation` installs."""
+    return DRA_DEVICE_CLASSES if allocation == "dra" else ()
+
+
+def _nested(values: Mapping[str, Any], *path: str) -> Any:
+    """values[path[0]][path[1]]...; None where a step is missing or not an object."""
+    current: Any = values
+    for key in path:
+        if not isinstance(current, Mapping):
+            return None
+        current = current.get(key)
+    return current
+
 
 @dataclass(frozen=True, kw_only=True)
 class OperatorPods:
@@ -164,6 +218,12 @@ class GpuOperatorSettings(Settings):
     or a local chart archive or directory (air-gapped installs; `version` is then the copy's)."""
     version: Annotated[str, chart_version(DEFAULT_VERSION)] = DEFAULT_VERSION
     """Chart version (pinned)."""
+    allocation: Annotated[Allocation, choice(ALLOCATIONS)] = "device-plugin"
+    """How pods get GPUs: device-plugin (extended resources such as nvidia.com/gpu), or dra (the
+    DRA Driver for NVIDIA GPUs through the chart's GPUCluster, technology preview: DeviceClasses
+    gpu.nvidia.com and mig.nvidia.com, asked for through ResourceClaims; needs chart v26.7.0+
+    and Kubernetes v1.34.2+, leaves devicePlugin, mig and the toolkit and migManager switches
+    unset, and no other GPU device plugin may run in the cluster)."""
     driver: Switch = Field(default_factory=Switch)
     """The NVIDIA driver as a container; enabled false where drivers are preinstalled."""
     toolkit: Toolkit = Field(default_factory=Toolkit)
@@ -200,14 +260,26 @@ class GpuOperatorSettings(Settings):
         validator = f"system:serviceaccount:{namespace}:{VALIDATOR_SERVICE_ACCOUNT}"
         return OperatorPods(namespace=namespace, creators=(validator,))
 
-    def gpu_resources(self) -> GpuResources:
-        """The GPU resources the device plugin advertises with these settings.
+    def device_classes(self) -> tuple[str, ...]:
+        """The DeviceClasses the operator installs for pods to claim GPUs from: GPUCluster's
+        with allocation dra, none with the device plugin or when the layer is disabled."""
+        return allocation_device_classes(self.allocation) if self.enabled else ()
 
-        Whole GPUs stay nvidia.com/gpu on every path (GPUs outside MIG under mixed, nodes
-        outside the time-slicing config), so it is always listed. Disabled, the operator
-        advertises nothing of its own: the plain name only. The names are
-        components/gpu_resources.py's.
+    def gpu_resources(self) -> GpuResources:
+        """The GPU resources pods ask for with these settings.
+
+        With the device plugin: whole GPUs stay nvidia.com/gpu on every path (GPUs outside MIG
+        under mixed, nodes outside the time-slicing config), so it is always listed. Disabled,
+        the operator advertises nothing of its own: the plain name only. With allocation dra no
+        node advertises a device plugin's name: the extended resource names of the
+        DeviceClasses (DRAExtendedResource) are what a container may ask for, ResourceClaims
+        aside. The names are components/gpu_resources.py's.
         """
+        classes = self.device_classes()
+        if classes:
+            return GpuResources(
+                names=tuple(DEVICE_CLASS_RESOURCE_PREFIX + c for c in classes), prefixes=()
+            )
         names = [WHOLE_GPU]
         prefixes: list[str] = []
         shared: list[tuple[str, int]] = []
@@ -220,6 +292,111 @@ class GpuOperatorSettings(Settings):
         if self.enabled and self.mig.strategy == "mixed":
             prefixes.append(MIG_PREFIX)
         return GpuResources(names=tuple(names), prefixes=tuple(prefixes), shared=tuple(shared))
+
+    @model_validator(mode="after")
+    def _dra_mode_can_work(self, info: ValidationInfo) -> Self:
+        """allocation dra: a chart with GPUCluster, a Kubernetes the driver runs on, and none
+        of the settings only ClusterPolicy's operands (device plugin, MIG manager, toolkit)
+        honour, which GPUCluster would silently drop."""
+        if self.allocation != "dra":
+            return self
+        if chart_minor(self.version) < DRA_CHART:
+            raise problem(
+                "allocation dra deploys the DRA driver through the chart's GPUCluster, first in "
+                "chart v26.7.0: use v26.7.0 or later, or allocation device-plugin",
+                at=".version",
+                value=self.version,
+            )
+        version = context_value(info, "kubernetes_version") or ""
+        kubernetes = _version_triple(version)
+        if kubernetes is not None and kubernetes < DRA_KUBERNETES:
+            raise problem(
+                "the DRA Driver for NVIDIA GPUs needs Kubernetes v1.34.2 or later (a served "
+                f"resource.k8s.io DeviceClass API; kubernetesVersion is {version}); allowed "
+                "below that: device-plugin",
+                at=".allocation",
+                value=self.allocation,
+            )
+        unhonoured: list[tuple[str, Any, str]] = []
+        if self.device_plugin.time_slicing is not None:
+            unhonoured.append(
+                (
+                    ".devicePlugin.timeSlicing",
+                    self.device_plugin.time_slicing.model_dump(by_alias=True),
+                    "time-slicing is the device plugin's, which allocation dra does not deploy; "
+                    "share a GPU through one ResourceClaim instead: leave it unset",
+                )
+            )
+        if "strategy" in self.mig.model_fields_set:
+            unhonoured.append(
+                (
+                    ".mig.strategy",
+                    self.mig.strategy,
+                    "no MIG strategy applies with allocation dra: the driver publishes each MIG "
+                    f"device as its own {MIG_DEVICE_CLASS} device, chosen in the claim; leave "
+                    "it unset",
+                )
+            )
+        for at, switch, what in (
+            (".migManager.enabled", self.mig_manager, "the MIG manager"),
+            (".toolkit.enabled", self.toolkit, "the container toolkit (the runtime must have CDI)"),
+        ):
+            if "enabled" in switch.model_fields_set and switch.enabled:
+                unhonoured.append(
+                    (at, True, f"GPUCluster does not deploy {what}; allowed: false or unset")
+                )
+        if self.toolkit.env:
+            unhonoured.append(
+                (
+                    ".toolkit.env",
+                    sorted(self.toolkit.env),
+                    "GPUCluster deploys no toolkit to set it on (configure the host's toolkit); "
+                    "leave it unset",
+                )
+            )
+        if unhonoured:
+            at, value, allowed = unhonoured[0]
+            raise problem(allowed, at=at, value=value)
+        return self
+
+    @model_validator(mode="after")
+    def _one_allocation_model(self) -> Self:
+        """One model per cluster: `values` may not bring back the other one's operator
+        resource or the device plugin."""
+        dra = self.allocation == "dra"
+        # (key path, value that mixes the models, what is allowed)
+        rules: tuple[tuple[tuple[str, ...], object, str], ...] = (
+            (
+                ("devicePlugin", "enabled"),
+                True if dra else None,
+                "allocation dra allocates GPUs with the DRA driver, and the device plugin "
+                "beside it would hand out the same GPUs again; leave it unset",
+            ),
+            (
+                ("clusterPolicy", "deployCR"),
+                dra,
+                "allocation dra deploys GPUCluster in place of ClusterPolicy"
+                if dra
+                else "allocation device-plugin needs the ClusterPolicy; leave it unset",
+            ),
+            (
+                ("gpuCluster", "deployCR"),
+                not dra,
+                "allocation dra is GPUCluster; leave it unset"
+                if dra
+                else "GPUCluster is allocation dra (one model per cluster); leave it unset",
+            ),
+            (
+                ("draDriver", "gpus", "enabled"),
+                None if dra else True,
+                "DRA GPU allocation is allocation dra (one model per cluster); leave it unset",
+            ),
+        )
+        for path, mixed, allowed in rules:
+            value = _nested(self.values, *path)
+            if mixed is not None and value is mixed:
+                raise problem(allowed, at=".values." + ".".join(path), value=value)
+        return self
 
     @model_validator(mode="after")
     def _time_slicing_needs_one_gpu_resource(self) -> Self:

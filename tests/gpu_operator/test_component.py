@@ -348,3 +348,57 @@ def test_gpu_operator_own_pods_are_its_validators_and_its_daemonsets_in_its_name
 
 def test_gpu_operator_disabled_has_no_pods_of_its_own() -> None:
     assert GpuOperatorSettings.model_validate({"namespace": "nvidia-gpu"}).operator_pods() is None
+
+
+DRA: dict[str, Any] = {"allocation": "dra", "version": "v26.7.1"}
+
+
+def _device_classes(**overrides: Any) -> list[str]:
+    """The device_classes output of a GpuOperator built with `overrides`."""
+    seen: list[str] = []
+
+    def build() -> None:
+        access = component_access()
+        op = GpuOperator("op", GpuOperatorArgs(access=access, taint=Taint().as_dict(), **overrides))
+        op.device_classes.apply(seen.extend)
+
+    register(build)
+    return seen
+
+
+def test_gpu_operator_device_classes_are_gpuclusters_in_dra_mode() -> None:
+    assert _device_classes(**DRA) == ["gpu.nvidia.com", "mig.nvidia.com"]
+
+
+def test_gpu_operator_device_classes_are_none_with_the_device_plugin() -> None:
+    assert _device_classes() == []
+
+
+def test_gpu_operator_dra_release_gets_gpucluster_values() -> None:
+    values = _values(_make_gpu_operator(**DRA))
+    assert (values["gpuCluster"], values["clusterPolicy"]) == (
+        {"deployCR": True},
+        {"deployCR": False},
+    )
+    assert values["devicePlugin"] == {"enabled": False}
+    assert values["daemonsets"]["tolerations"] == [Taint().toleration()]
+
+
+def test_gpu_operator_dra_creates_no_time_slicing_config_map() -> None:
+    recording = _make_gpu_operator(**DRA)
+    assert recording.of_type("kubernetes:core/v1:ConfigMap") == []
+
+
+def test_gpu_operator_dra_refused_beside_time_slicing_before_any_resource() -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        parse_stack_config(
+            {
+                "gpuOperator": {
+                    **DRA,
+                    "enabled": True,
+                    "devicePlugin": {"timeSlicing": {"replicas": 2}},
+                }
+            }
+        )
+    (problem,) = [str(p) for p in excinfo.value.problems]
+    assert problem.startswith("gpu-cluster:gpuOperator.devicePlugin.timeSlicing: got ")

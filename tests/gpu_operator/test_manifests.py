@@ -153,3 +153,59 @@ def test_operator_values_from_settings(
     for key in path:
         value = value[key]
     assert value == expected
+
+
+DRA_OPERATOR = {"allocation": "dra", "version": "v26.7.1"}
+
+
+def test_operator_values_dra_deploys_gpucluster_instead_of_clusterpolicy() -> None:
+    settings = GpuOperatorSettings.model_validate(DRA_OPERATOR)
+    assert operator_values(settings, TOLERATION, None) == {
+        "operator": {"upgradeCRD": True},
+        "clusterPolicy": {"deployCR": False},
+        "gpuCluster": {"deployCR": True},
+        "daemonsets": {"tolerations": [TOLERATION]},
+        "driver": {"enabled": True, "nvidiaDriverCRD": {"enabled": True}},
+        "devicePlugin": {"enabled": False},
+        "draDriver": {"computeDomains": {"enabled": False}},
+        "dcgmExporter": {"enabled": True, "serviceMonitor": {"enabled": False}},
+        "nfd": {"enabled": True},
+        "node-feature-discovery": {"worker": {"tolerations": [TOLERATION]}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("operator", "driver"),
+    [
+        ({}, {"enabled": True, "nvidiaDriverCRD": {"enabled": True}}),
+        ({"driver": {"enabled": False}}, {"enabled": False}),
+    ],
+)
+def test_operator_values_dra_driver_from_nvidiadriver_or_the_host(
+    operator: dict[str, Any], driver: dict[str, Any]
+) -> None:
+    settings = GpuOperatorSettings.model_validate({**DRA_OPERATOR, **operator})
+    assert operator_values(settings, TOLERATION, None)["driver"] == driver
+
+
+def test_operator_values_dra_renders_no_clusterpolicy_only_operand() -> None:
+    values = operator_values(GpuOperatorSettings.model_validate(DRA_OPERATOR), TOLERATION, None)
+    assert not {"toolkit", "cdi", "mig", "migManager"} & set(values)
+
+
+def test_operator_values_dra_free_form_values_merge_last() -> None:
+    settings = GpuOperatorSettings.model_validate(
+        {**DRA_OPERATOR, "values": {"draDriver": {"computeDomains": {"enabled": True}}}}
+    )
+    values = operator_values(settings, TOLERATION, None)
+    assert values["draDriver"] == {"computeDomains": {"enabled": True}}
+    assert values["gpuCluster"] == {"deployCR": True}
+
+
+def test_operator_values_device_plugin_mode_is_the_same_with_the_key_spelt_out() -> None:
+    operator = {"devicePlugin": {"timeSlicing": {"replicas": 4}}, "mig": {"strategy": "none"}}
+    implicit = GpuOperatorSettings.model_validate(operator)
+    explicit = GpuOperatorSettings.model_validate({**operator, "allocation": "device-plugin"})
+    rendered = operator_values(implicit, TOLERATION, "time-slicing-config")
+    assert operator_values(explicit, TOLERATION, "time-slicing-config") == rendered
+    assert rendered["devicePlugin"]["enabled"] is True and "gpuCluster" not in rendered
