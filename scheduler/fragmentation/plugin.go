@@ -13,7 +13,8 @@
 // to date node by node (fleet.go, refresh.go), so a cycle costs what changed, not the fleet's
 // size. See model.go for the cost and bench/README.md for the numbers. A member of a gang
 // (a PodGroup with a gang policy, GenericWorkload) also counts its gang's pending members:
-// gang.go.
+// gang.go. GPUs under Dynamic Resource Allocation (ResourceSlices, ResourceClaims, extended
+// resources a DeviceClass maps) count as counted GPUs do: dra.go.
 //
 // The plugin needs the whole cluster's free room in every cycle, so it does not sign pods for
 // opportunistic batching (KEP-5598): a pod's best node depends on more than the pod.
@@ -32,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -56,6 +58,10 @@ type Plugin struct {
 	res    *resources
 	pods   corelisters.PodLister // nil without an informer factory
 	marks  marks
+	dra    *draState
+	// claimLister reads ResourceClaims where the framework has no DRA manager (nil without an
+	// informer factory).
+	claimLister resourcelisters.ResourceClaimLister
 
 	mu       sync.Mutex
 	learner  *Learner
@@ -97,6 +103,7 @@ func newWithConfig(handle fwk.Handle, c config) (*Plugin, error) {
 		config:  c,
 		res:     newResources(c),
 		marks:   marks{nodes: map[string]int{}},
+		dra:     newDRAState(),
 		learner: NewLearner(c.window),
 		seen:    map[types.UID]struct{}{},
 		// Twice the classes of one model: shapes near the cut keep their supply.
@@ -125,15 +132,23 @@ type cycleState struct {
 
 func (s *cycleState) Clone() fwk.StateData { return s }
 
-// PodAmounts is what the pod requests: cpu, memory and GPU units of its GPU kind.
+// PodAmounts is what the pod requests: cpu, memory and GPU units of its GPU kind, counted
+// GPU resources, DRA devices of its ResourceClaims and extended resources DRA backs (dra.go)
+// alike.
 func (p *Plugin) PodAmounts(pod *v1.Pod) Amounts {
-	return shape(p.res.amounts(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})))
+	req := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	return shape(p.res.amounts(req).Add(p.extendedDemand(req)).Add(p.claimDemand(pod)))
 }
 
 // Free is what a node has left: allocatable minus what its pods (bound and assumed) request,
-// in the GPU resources the plugin has met (PreScore reads every node before Score asks).
+// in the GPU resources the plugin has met (PreScore reads every node before Score asks), and
+// its DRA GPUs that no claim holds.
 func (p *Plugin) Free(node fwk.NodeInfo) Room {
-	return p.res.known(node.GetAllocatable()).Sub(p.res.known(node.GetRequested()))
+	free := nodeFree(p.res.known(node.GetAllocatable()), p.res.known(node.GetRequested()))
+	if n := node.Node(); n != nil {
+		free = free.Add(p.draRoomOf(n.Name).free)
+	}
+	return free
 }
 
 // PreFilter counts the pod's shape, once per pod: every pod the scheduler tries to place,
@@ -235,6 +250,7 @@ func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, n
 		p.simulate(pod, nodeName)
 	}
 	p.marks.mark(nodeName)
+	p.dra.mark(nodeName) // DynamicResources' Reserve holds the pod's devices in its tracker
 	return nil
 }
 
@@ -244,6 +260,7 @@ func (p *Plugin) Unreserve(_ context.Context, state fwk.CycleState, pod *v1.Pod,
 		p.unsimulate(pod)
 	}
 	p.marks.mark(nodeName)
+	p.dra.mark(nodeName)
 }
 
 // seed counts, once, the pods there already are: with the informers, every bound and pending

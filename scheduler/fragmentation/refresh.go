@@ -66,6 +66,9 @@ func (m *marks) take() map[string]int {
 func (p *Plugin) watch(f informers.SharedInformerFactory) error {
 	pods := f.Core().V1().Pods()
 	p.pods = pods.Lister()
+	if err := p.watchDRA(f); err != nil {
+		return err
+	}
 	if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    p.onPod,
 		UpdateFunc: func(_, obj any) { p.onPod(obj) },
@@ -105,13 +108,20 @@ func (p *Plugin) refresh(lister fwk.NodeInfoLister) error {
 	if err != nil {
 		return fmt.Errorf("listing nodes: %w", err)
 	}
+	// A node whose DRA room changed is read again whatever its generation: a claim allocated or
+	// released leaves the NodeInfo as it was.
+	for _, name := range p.refreshDRA() {
+		if node, err := lister.Get(name); err == nil {
+			p.read(name, node, true)
+		}
+	}
 	for name, cycles := range p.marks.take() {
 		node, err := lister.Get(name)
 		if err != nil { // gone, or not in the snapshot yet (the count check below finds it)
 			p.fleet.Remove(name)
 			continue
 		}
-		if !p.read(name, node) && cycles+1 < markedCycles {
+		if !p.read(name, node, false) && cycles+1 < markedCycles {
 			p.marks.keep(name, cycles+1)
 		}
 	}
@@ -127,7 +137,7 @@ func (p *Plugin) refresh(lister fwk.NodeInfoLister) error {
 		node := all[p.sweep]
 		p.sweep++
 		if n := node.Node(); n != nil {
-			p.read(n.Name, node)
+			p.read(n.Name, node, false)
 		}
 	}
 	return nil
@@ -140,7 +150,7 @@ func (p *Plugin) resync(all []fwk.NodeInfo) {
 	for _, node := range all {
 		if n := node.Node(); n != nil {
 			names[n.Name] = struct{}{}
-			p.read(n.Name, node)
+			p.read(n.Name, node, false)
 		}
 	}
 	if p.fleet.Len() != len(names) {
@@ -152,13 +162,16 @@ func (p *Plugin) resync(all []fwk.NodeInfo) {
 	}
 }
 
-// read sets the node in the fleet if its generation changed; it reports whether it did.
-func (p *Plugin) read(name string, node fwk.NodeInfo) bool {
+// read sets the node in the fleet if its generation changed (or force: its DRA room did); it
+// reports whether it did.
+func (p *Plugin) read(name string, node fwk.NodeInfo, force bool) bool {
 	gen := node.GetGeneration()
-	if old, ok := p.fleet.Generation(name); ok && old == gen {
+	if old, ok := p.fleet.Generation(name); ok && old == gen && !force {
 		return false
 	}
-	alloc := p.res.room(node.GetAllocatable())
+	counted := p.res.room(node.GetAllocatable())
+	dra := p.draRoomOf(name)
+	alloc := counted.Add(dra.alloc)
 	var system Room
 	for _, pi := range node.GetPods() {
 		if systemPod(pi.GetPod()) {
@@ -167,7 +180,7 @@ func (p *Plugin) read(name string, node fwk.NodeInfo) bool {
 	}
 	// The fleet is the cache's cluster: pods a pod group cycle placed in the snapshot only are
 	// not in it (gang.go).
-	free := alloc.Sub(p.res.room(node.GetRequested())).Add(p.sim.nodes[name])
+	free := nodeFree(counted, p.res.room(node.GetRequested())).Add(dra.free).Add(p.sim.nodes[name])
 	p.fleet.Set(name, gen, free, WholeNode(alloc.Sub(system), &p.res.whole), alloc.TotalGPUs())
 	return true
 }
