@@ -22,6 +22,8 @@ NODE_LAYERS_SCALE = RESULTS / "node-layers-scale"
 """bench.scale (and bench.engine_cost): the node layers under the real Pulumi CLI."""
 WHOLE_PROGRAM = RESULTS / "whole-program"
 """bench.local_stack: the whole program under the real engine against its floor."""
+GANG_JOBS = RESULTS / "gang-jobs"
+"""bench.openb_replay on a trace with jobs, and bench.gang_scale: gangs against no gangs."""
 
 
 def write_rows(path: Path, fields: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:

@@ -4,12 +4,20 @@ The node list is copied unchanged; in the pod list, the GPU pods' (num_gpu > 0 o
 cpu_milli and memory_mib are multiplied by --cpu-scale and --memory-scale and rounded to whole
 units, capped at the most a node with the pod's GPUs offers; with --multi-gpu-share P, each
 whole 1-GPU pod takes, with probability P (seeded by --seed), the shape (GPUs, cpu, memory) of a
-multi-GPU pod of the trace drawn at random, keeping its name and time. Every other column and the row order stay as they are. The output directory is a trace
+multi-GPU pod of the trace drawn at random, keeping its name and time. With --jobs (after the
+two above, seeded by --seed too), the multi-GPU pods become the workers of distributed jobs
+(`group_jobs`): in trace order, each pod joins the open job of its shape (GPUs, cpu, memory),
+a job taking 2 to 16 workers (drawn at random when it opens); a job's workers move up to its
+first worker's row and time (a job is submitted whole), named in a new `job` column; a job
+left with one worker at the end is a single pod again, and every other pod stays single.
+Otherwise every other column and the row order stay as they are. The output directory is a trace
 directory `bench.openb_replay` and `bench.binpack_sweep` read as they read the public one (it
 holds data derived from the trace, so keep it out of the repository).
 
     .venv/bin/python -m bench.derive_trace ../shared/traces/openb /tmp/openb-cpu1.5 --cpu-scale 1.5
     .venv/bin/python -m bench.derive_trace ../shared/traces/openb /tmp/openb-multi --multi-gpu-share 0.1
+    .venv/bin/python -m bench.derive_trace ../shared/traces/openb /tmp/openb-jobs \
+        --multi-gpu-share 0.1 --jobs --seed 1
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from bench import write_rows
 from bench.openb_trace import (
     DEFAULT_NODES_FILE,
     DEFAULT_PODS_FILE,
+    JOB_COLUMN,
     POD_COLUMNS,
     TraceError,
     TraceNode,
@@ -74,6 +83,63 @@ def more_multi_gpu(rows: Sequence[dict[str, str]], share: float, seed: int) -> l
     return out
 
 
+JOB_WORKERS = (2, 16)
+"""The fewest and most workers of a derived job."""
+
+
+def group_jobs(
+    rows: Sequence[dict[str, str]], seed: int, workers: tuple[int, int] = JOB_WORKERS
+) -> list[dict[str, str]]:
+    """`rows` with the multi-GPU pods grouped into jobs of one shape, a `job` column added.
+
+    In row order, a multi-GPU pod (num_gpu > 1) joins the open job of its shape
+    (SHAPE_COLUMNS); a job opens with a size drawn from `workers` (seeded) and closes when it
+    has that many. Jobs are named job-00000, ... in the order of their first worker, whose
+    row and creation_time their other workers take; a job left with one worker is a single
+    pod, every other pod keeps its row with an empty `job`.
+    """
+    low, high = workers
+    if not 2 <= low <= high:
+        raise ValueError(f"job workers {low}-{high}: expected 2 <= fewest <= most")
+    rng = random.Random(seed)
+    open_jobs: dict[tuple[str, ...], list[int]] = {}
+    sizes: dict[int, int] = {}
+    jobs: list[list[int]] = []
+    for index, row in enumerate(rows):
+        if int(row["num_gpu"] or 0) <= 1:
+            continue
+        shape = tuple(row[c] for c in SHAPE_COLUMNS)
+        job = open_jobs.get(shape)
+        if job is None:
+            job = open_jobs[shape] = [index]
+            sizes[index] = rng.randint(low, high)
+            jobs.append(job)
+        else:
+            job.append(index)
+        if len(job) == sizes[job[0]]:
+            del open_jobs[shape]
+    first_of: dict[int, tuple[str, list[int]]] = {}
+    in_job: set[int] = set()
+    for members in (j for j in jobs if len(j) > 1):
+        first_of[members[0]] = (f"job-{len(first_of):05d}", members)
+        in_job.update(members)
+    out = []
+    for index, row in enumerate(rows):
+        if index in first_of:
+            name, members = first_of[index]
+            for member in members:
+                out.append(
+                    {
+                        **rows[member],
+                        "creation_time": row["creation_time"],
+                        JOB_COLUMN: name,
+                    }
+                )
+        elif index not in in_job:
+            out.append({**row, JOB_COLUMN: ""})
+    return out
+
+
 def derive(
     source: Path,
     target: Path,
@@ -81,6 +147,7 @@ def derive(
     cpu_scale: float = 1.0,
     memory_scale: float = 1.0,
     multi_gpu_share: float = 0.0,
+    jobs: bool = False,
     seed: int = 1,
     pods_file: str = DEFAULT_PODS_FILE,
     nodes_file: str = DEFAULT_NODES_FILE,
@@ -97,6 +164,11 @@ def derive(
         nodes = read_nodes(source / nodes_file)
         rows = more_multi_gpu(list(reader), multi_gpu_share, seed)
         rows = [scale_row(row, cpu_scale, memory_scale, nodes) for row in rows]
+    if jobs:
+        if JOB_COLUMN in fields:
+            raise TraceError(f"{source / pods_file}: already has a {JOB_COLUMN!r} column")
+        rows = group_jobs(rows, seed)
+        fields.append(JOB_COLUMN)
     out = target / DEFAULT_PODS_FILE
     write_rows(out, fields, rows)
     return out
@@ -111,7 +183,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--multi-gpu-share", type=float, default=0.0, help="1-GPU pods made multi-GPU (0-1)"
     )
-    parser.add_argument("--seed", type=int, default=1, help="seed of --multi-gpu-share")
+    parser.add_argument(
+        "--jobs",
+        action="store_true",
+        help="group multi-GPU pods of one shape into jobs of 2-16 workers (a job column)",
+    )
+    parser.add_argument("--seed", type=int, default=1, help="seed of --multi-gpu-share, --jobs")
     parser.add_argument("--pods-file", default=DEFAULT_PODS_FILE, help="pod list in trace")
     parser.add_argument("--nodes-file", default=DEFAULT_NODES_FILE, help="node list in trace")
     args = parser.parse_args(argv)
@@ -129,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cpu_scale=args.cpu_scale,
             memory_scale=args.memory_scale,
             multi_gpu_share=args.multi_gpu_share,
+            jobs=args.jobs,
             seed=args.seed,
             pods_file=args.pods_file,
             nodes_file=args.nodes_file,

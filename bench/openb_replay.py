@@ -13,7 +13,12 @@ Mapping: a pod requests num_gpu whole nvidia.com/gpu (a shared GPU, gpu_milli
 memory_mib as cpu and memory requests. A node offers its cpu_milli, memory_mib, gpu and 110
 pods (the kubelet default), and carries the GPU pool's taint, which every pod tolerates (all
 trace nodes are GPU nodes, CPU-only pods included). No pod departs. The profiles: default,
-mostallocated (MostAllocated bin packing), binpack (the stack's) and fragmentation.
+mostallocated (MostAllocated bin packing), binpack (the stack's) and fragmentation, and for a
+trace with jobs (bench.derive_trace --jobs) binpack-gangs and fragmentation-gangs, the same
+with scheduler.gangScheduling: a job's workers then arrive together (a shuffle moves the job
+as one), each job is a PodGroup of all its workers, and the jobs' metrics (jobs started
+whole, GPUs held by incomplete jobs, allocation at the first rejection of a pod or job that
+fit) are added to the table and the CSV (default there: bench/results/gang-jobs/replay.csv).
 
 Ordering: pods are created before the scheduler starts, named in trace order; the scheduler's
 first LIST (a plain LIST: its streaming list is turned off) returns them sorted by name, so its
@@ -25,6 +30,8 @@ metrics use.
 
     .venv/bin/python -m bench.openb_replay ../shared/traces/openb
     .venv/bin/python -m bench.openb_replay ../shared/traces/openb --limit 500 --node-limit 100
+    .venv/bin/python -m bench.openb_replay /tmp/openb-jobs \
+        --profiles default,binpack,binpack-gangs,fragmentation-gangs
 """
 
 from __future__ import annotations
@@ -34,12 +41,27 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
-from bench import OPENB_FRAGMENTATION
-from bench.openb_trace import add_trace_arguments, arrival_order, comma_choices, load_trace
-from bench.replay_cluster import FLEETS, PROFILES, ReplayCluster
-from bench.replay_results import format_table, summary_table, write_csv, write_curves
+from bench import GANG_JOBS, OPENB_FRAGMENTATION
+from bench.openb_trace import (
+    add_trace_arguments,
+    arrival_order,
+    comma_choices,
+    jobs_of,
+    load_trace,
+)
+from bench.replay_cluster import ALL_PROFILES, FLEETS, GANG_PROFILES, PROFILES, ReplayCluster
+from bench.replay_results import (
+    format_table,
+    job_summary_table,
+    job_table,
+    summary_table,
+    write_csv,
+    write_curves,
+)
 
 DEFAULT_CSV = OPENB_FRAGMENTATION / "replay.csv"
+JOBS_CSV = GANG_JOBS / "replay.csv"
+"""The default CSV of a trace with jobs."""
 
 
 def _orders(parser: argparse.ArgumentParser, raw: str) -> list[int]:
@@ -56,7 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_trace_arguments(parser, DEFAULT_CSV)
     parser.add_argument(
-        "--profiles", default=",".join(PROFILES), help=f"comma-separated: {','.join(PROFILES)}"
+        "--profiles",
+        default=",".join(PROFILES),
+        help=f"comma-separated: {','.join(ALL_PROFILES)} (the gang ones need a trace with jobs)",
     )
     parser.add_argument(
         "--fleets", default="bare", help=f"comma-separated: {','.join(FLEETS)} (bench/fleet.py)"
@@ -68,17 +92,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=16, help="parallel object creation")
     parser.add_argument("--repeat", type=int, default=1, help="runs per profile")
     args = parser.parse_args(argv)
-    profiles = comma_choices(parser, "--profiles", args.profiles, PROFILES)
+    profiles = comma_choices(parser, "--profiles", args.profiles, ALL_PROFILES)
     fleets = comma_choices(parser, "--fleets", args.fleets, FLEETS)
     orders = _orders(parser, args.orders)
     for flag, value in (("--repeat", args.repeat), ("--threads", args.threads)):
         if value < 1:
             parser.error(f"{flag} {value}: expected an integer >= 1")
     nodes, pods = load_trace(parser, args)
+    jobs = bool(jobs_of(pods))
+    gang = [p for p in profiles if p in GANG_PROFILES]
+    if gang and not jobs:
+        parser.error(
+            f"--profiles {','.join(gang)}: the pod list {args.pods_file} names no job "
+            "(derive one with python -m bench.derive_trace --jobs)"
+        )
+    if jobs and args.csv == DEFAULT_CSV:
+        args.csv = JOBS_CSV
     results = []
     for kind in fleets:
         with ReplayCluster(
-            nodes, fleet=kind, seed=args.fleet_seed, threads=args.threads
+            nodes, fleet=kind, seed=args.fleet_seed, gangs=jobs, threads=args.threads
         ) as cluster:
             for order in orders:
                 arrived = arrival_order(pods, order)
@@ -91,6 +124,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_table(results))
     print()
     print(summary_table(results))
+    if jobs:
+        print()
+        print(job_table(results))
+        print()
+        print(job_summary_table(results))
     curves = args.csv.with_suffix(".curve.csv")
     write_curves(curves, results)
     print(f"\nwrote {args.csv} and {curves}")

@@ -1,5 +1,8 @@
 """The openb trace: its node and pod lists read and checked, empty-node fits, arrival orders.
 
+A pod list may carry a `job` column (bench.derive_trace --jobs): pods naming the same job are
+the workers of one distributed job, replayed as a gang; an empty value is a pod on its own.
+
 Also the command-line arguments that name a trace and its slice (the replay's, the sweep's and
 the scale bench's).
 """
@@ -17,6 +20,8 @@ DEFAULT_NODES_FILE = "openb_node_list_gpu_node.csv"
 DEFAULT_PODS_FILE = "openb_pod_list_default.csv"
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "creation_time")
+JOB_COLUMN = "job"
+"""The optional pod-list column naming a pod's job (empty: a pod on its own)."""
 
 
 class TraceError(ValueError):
@@ -42,6 +47,8 @@ class TracePod:
     deletion_time: int | None = None
     gpu_milli: int = 1000
     """Thousandths of each GPU the pod uses (below 1000: it shares one)."""
+    job: str | None = None
+    """The job the pod is a worker of (the `job` column); None for a pod on its own."""
 
     @property
     def gpu_share(self) -> float:
@@ -116,6 +123,7 @@ def read_pods(path: Path) -> list[TracePod]:
                 creation_time=_int(path, line, row, "creation_time"),
                 deletion_time=_int(path, line, row, "deletion_time") if deletion else None,
                 gpu_milli=gpu_milli,
+                job=(row.get(JOB_COLUMN) or "").strip() or None,
             )
         )
     return sorted(pods, key=lambda p: p.creation_time)  # stable: ties keep file order
@@ -136,11 +144,41 @@ def fitting(pods: Sequence[TracePod], nodes: Sequence[TraceNode]) -> list[bool]:
     return [any(fits(pod, node) for node in shapes) for pod in pods]
 
 
+def arrival_units(pods: Sequence[TracePod]) -> list[list[TracePod]]:
+    """The pods as they arrive together: each job's workers at its first worker's place, every
+    other pod on its own, in `pods`' order."""
+    units: list[list[TracePod]] = []
+    of_job: dict[str, list[TracePod]] = {}
+    for pod in pods:
+        if pod.job is None:
+            units.append([pod])
+        elif pod.job in of_job:
+            of_job[pod.job].append(pod)
+        else:
+            of_job[pod.job] = [pod]
+            units.append(of_job[pod.job])
+    return units
+
+
 def arrival_order(pods: Sequence[TracePod], order: int) -> list[TracePod]:
-    """The pods in arrival order `order`: 0 the trace's, n > 0 shuffled with seed n."""
-    if order == 0:
-        return list(pods)
-    return random.Random(order).sample(list(pods), len(pods))
+    """The pods in arrival order `order`: 0 the trace's, n > 0 shuffled with seed n.
+
+    A job arrives whole: its workers follow one another at its first worker's place, and a
+    shuffle moves the job as one (without jobs, the same shuffle as of single pods).
+    """
+    units = arrival_units(pods)
+    if order:
+        units = random.Random(order).sample(units, len(units))
+    return [pod for unit in units for pod in unit]
+
+
+def jobs_of(pods: Sequence[TracePod]) -> dict[str, list[int]]:
+    """Each job's workers as positions in `pods`, jobs in the order their first worker comes."""
+    jobs: dict[str, list[int]] = {}
+    for index, pod in enumerate(pods):
+        if pod.job is not None:
+            jobs.setdefault(pod.job, []).append(index)
+    return jobs
 
 
 def add_trace_arguments(parser: argparse.ArgumentParser, csv_default: Path) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from bench.replay_cluster import PROFILES
+from bench.replay_cluster import ALL_PROFILES
 from bench.replay_results import CURVE_COLUMNS
 
 GRID_STEP = 0.005
@@ -71,7 +71,7 @@ def draw(path: Path, out_dir: Path) -> list[Path]:
         figure = Figure(figsize=(11, 4.2))
         axes = figure.subplots(1, 2, sharey=True)
         for axis, (title, x, y) in zip(axes, PANELS, strict=True):
-            for profile in PROFILES:
+            for profile in ALL_PROFILES:
                 runs = curves.get((fleet, profile, ""))
                 if not runs:
                     continue

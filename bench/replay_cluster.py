@@ -2,7 +2,14 @@
 
 `ReplayCluster` starts etcd and kube-apiserver, creates the nodes (the bare trace or the
 realistic fleet of bench/fleet.py) and, per `run`, creates the pods, starts kube-scheduler with
-one profile and follows its decisions until every pod is bound or Unschedulable. A run is three
+one profile and follows its decisions until every pod is bound or Unschedulable. Pods naming a
+job (bench.derive_trace --jobs) are the members of a PodGroup (scheduling.k8s.io/v1beta1, gang
+policy, minCount its workers in the run), created before its pods; the API server then serves
+PodGroups (the stack's GANG_APISERVER_FLAGS) and the gang profiles run the scheduler with
+gangs on (scheduler.gangScheduling). Profiles without gangs ignore the groups: their
+scheduler runs without the GenericWorkload gate. A rejected gang's members are each marked
+Unschedulable with the group's message (schedule_one_podgroup.go,
+submitPodGroupAlgorithmResult), so a run ends as it does without gangs. A run is three
 steps: `render` (the scheduler's configuration and the pod objects, no cluster), the live part
 (`ReplayCluster._schedule`: pods created, the scheduler started, its decisions followed into an
 `Outcome`) and `measure` (the `Metrics` of that outcome, no cluster).
@@ -24,17 +31,24 @@ from urllib.parse import urlparse
 import yaml
 
 from bench import fleet
-from bench.openb_trace import TraceNode, TracePod
+from bench.openb_trace import TraceNode, TracePod, jobs_of
 from bench.replay_results import (
     ALGORITHM_METRIC,
     GPU,
+    GROUP_ATTEMPT_METRIC,
     Metrics,
     attempt_mean,
     attempt_quantile,
+    compute_job_metrics,
     compute_metrics,
+    observations,
 )
-from components.binpack_scheduler.manifests import render_config
-from components.binpack_scheduler.settings import FRAGMENTATION
+from components.binpack_scheduler.manifests import feature_gates_flag, render_config
+from components.binpack_scheduler.settings import (
+    FRAGMENTATION,
+    GANG_GROUP_VERSION,
+    GANG_RESOURCE,
+)
 from components.tainted_gpu_pool.settings import Taint
 from stack_config import SchedulerConfig
 
@@ -42,6 +56,9 @@ NODE_PODS = 110
 NAMESPACE = "openb"
 FLEETS = ("bare", "realistic")
 PROFILES = ("default", "mostallocated", "binpack", "fragmentation")
+GANG_PROFILES = ("binpack-gangs", "fragmentation-gangs")
+"""binpack and fragmentation with scheduler.gangScheduling (for a trace with jobs)."""
+ALL_PROFILES = (*PROFILES, *GANG_PROFILES)
 # The Kubernetes documentation's bin-packing example ("Resource Bin Packing"): MostAllocated,
 # cpu and memory weight 1, the extended resource 3.
 MOST_ALLOCATED_WEIGHTS = {"cpu": 1, "memory": 1, GPU: 3}
@@ -51,16 +68,25 @@ CLIENT_QPS = 5000
 # kube-scheduler v1.37 fills its informers with a streaming watch (the WatchListClient
 # feature), whose initial events did not come in name order here (288 of 300 first attempts
 # out of trace order in a 300-pod run); a plain LIST returns the pods sorted by name.
-SCHEDULER_FLAGS = ("--feature-gates=WatchListClient=false",)
-# The built tool each profile runs: the fragmentation profile needs the GpuFragmentation plugin
+SCHEDULER_GATES = {"WatchListClient": False}
+SCHEDULER_FLAGS = tuple(feature_gates_flag(SCHEDULER_GATES))
+# The built tool each profile runs: the fragmentation profiles need the GpuFragmentation plugin
 # (scheduler/, built by tools/build-tools.sh); the image only satisfies the settings' check.
-BINARIES = {"fragmentation": "gpu-binpack-scheduler"}
+BINARIES = {
+    "fragmentation": "gpu-binpack-scheduler",
+    "fragmentation-gangs": "gpu-binpack-scheduler",
+}
 BENCH_IMAGE = "localhost/gpu-binpack-scheduler:bench"
 # The stack's scheduler settings each of its profiles renders when the caller gives none.
 STACK_SETTINGS: dict[str, Callable[[], SchedulerConfig]] = {
     "binpack": SchedulerConfig,
     "fragmentation": lambda: SchedulerConfig(scoring=FRAGMENTATION, image=BENCH_IMAGE),
+    "binpack-gangs": lambda: SchedulerConfig(gang_scheduling=True),
+    "fragmentation-gangs": lambda: SchedulerConfig(
+        scoring=FRAGMENTATION, image=BENCH_IMAGE, gang_scheduling=True
+    ),
 }
+PODGROUPS = f"/apis/{GANG_GROUP_VERSION}/namespaces/{NAMESPACE}/{GANG_RESOURCE}"
 ATTEMPT = re.compile(r'"Attempting to schedule pod" pod="' + NAMESPACE + r"/p(\d+)-")
 
 
@@ -104,10 +130,19 @@ def scheduler_config(
             "profiles": [stock],
         }
     else:
-        raise ValueError(f"profile {profile!r}: expected one of {', '.join(PROFILES)}")
+        raise ValueError(f"profile {profile!r}: expected one of {', '.join(ALL_PROFILES)}")
     # Same client rate for both: the replay measures scoring, not client-side throttling.
     config["clientConnection"].update(qps=CLIENT_QPS, burst=CLIENT_QPS)
     return name, config
+
+
+def scheduler_flags(profile: str, settings: SchedulerConfig | None = None) -> tuple[str, ...]:
+    """The feature gates the scheduler of `profile` runs with: the stack's settings' own
+    (GenericWorkload with gangs) beside SCHEDULER_GATES, in one --feature-gates flag."""
+    gates = dict(SCHEDULER_GATES)
+    if profile in STACK_SETTINGS:
+        gates |= (settings or STACK_SETTINGS[profile]()).profile.feature_gates
+    return tuple(feature_gates_flag(gates))
 
 
 def most_allocated_args() -> dict[str, Any]:
@@ -139,6 +174,16 @@ def node_capacity(node: TraceNode) -> dict[str, str]:
     }
 
 
+def podgroup_object(job: str, workers: int) -> dict[str, Any]:
+    """The PodGroup of a job: a gang of all its `workers`."""
+    return {
+        "apiVersion": GANG_GROUP_VERSION,
+        "kind": "PodGroup",
+        "metadata": {"name": job, "labels": {"trace": "openb"}},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": workers}}},
+    }
+
+
 def pod_object(
     index: int, pod: TracePod, scheduler_name: str, image: str = TRACE_IMAGE
 ) -> dict[str, Any]:
@@ -147,9 +192,11 @@ def pod_object(
     if pod.gpus:
         # Extended resources cannot be overcommitted: limits must equal requests.
         requests[GPU] = limits[GPU] = str(pod.gpus)
+    group = {"schedulingGroup": {"podGroupName": pod.job}} if pod.job else {}
     return {
         "metadata": {"name": pod_name(index, pod), "labels": {"trace": "openb"}},
         "spec": {
+            **group,
             "schedulerName": scheduler_name,
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
@@ -215,6 +262,10 @@ class Rendered:
     """The KubeSchedulerConfiguration."""
     pods: tuple[dict[str, Any], ...]
     """The pod objects in arrival order, named so that name order is arrival order."""
+    groups: tuple[dict[str, Any], ...] = ()
+    """The PodGroups of the pods' jobs, created before the pods."""
+    flags: tuple[str, ...] = SCHEDULER_FLAGS
+    """The scheduler's command-line flags besides its configuration and log level."""
 
 
 def render(
@@ -234,7 +285,14 @@ def render(
     objects = tuple(
         pod_object(index, pod, scheduler_name, image(pod)) for index, pod in enumerate(pods)
     )
-    return Rendered(profile=profile, config=config, pods=objects)
+    groups = tuple(podgroup_object(job, len(members)) for job, members in jobs_of(pods).items())
+    return Rendered(
+        profile=profile,
+        config=config,
+        pods=objects,
+        groups=groups,
+        flags=scheduler_flags(profile, settings),
+    )
 
 
 class Decisions:
@@ -250,6 +308,8 @@ class Decisions:
         """Each rejected pod's Unschedulable message."""
         self.decided_at: list[float] = []
         """When each pod was first seen decided, in the order they were."""
+        self.bound_order: list[int] = []
+        """Pods' positions in the order they were first seen bound."""
         self.remaining = len(names)
 
     def see(self, obj: Mapping[str, Any]) -> bool:
@@ -263,6 +323,8 @@ class Decisions:
                 self._decided[index] = True
                 self.remaining -= 1
                 self.decided_at.append(self._clock())
+            if node and self.placed[index] is None:
+                self.bound_order.append(index)
             self.placed[index] = node or self.placed[index]
             self.messages[index] = message or self.messages[index]
         return self.remaining == 0
@@ -272,6 +334,23 @@ class Decisions:
         if len(self.decided_at) < 2:
             return None
         return self.decided_at[-1] - self.decided_at[0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobTiming:
+    """One job submitted to an idle scheduler (`ReplayCluster.time_job`)."""
+
+    profile: str
+    nodes: int
+    fleet: str
+    workers: int
+    bound: int
+    """Workers bound (the others were rejected)."""
+    wall_s: float
+    """From creating the PodGroup until the last worker was decided."""
+    group_cycle_s: float | None
+    """The scheduler's pod group cycle latency for the job (None: no pod group cycle ran,
+    a scheduler without gangs)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -287,6 +366,8 @@ class Outcome:
     """Trace positions in the order of their first scheduling attempt (the scheduler's log)."""
     exposition: str
     """The scheduler's /metrics at the end."""
+    bound_order: tuple[int, ...] = ()
+    """Pods' positions in the order they were seen bound."""
 
 
 def measure(
@@ -301,8 +382,14 @@ def measure(
     metrics = compute_metrics(
         rendered.profile, view, pods, outcome.placed, outcome.wall_s, late, outcome.messages
     )
+    jobs = None
+    if rendered.groups:
+        jobs = compute_job_metrics(view, pods, outcome.placed, outcome.bound_order)
     return replace(
         metrics,
+        jobs=jobs,
+        group_attempt_p99_s=attempt_quantile(outcome.exposition, 0.99, GROUP_ATTEMPT_METRIC),
+        group_attempts=observations(outcome.exposition, GROUP_ATTEMPT_METRIC),
         percentage_of_nodes_to_score=rendered.config["profiles"][0].get("percentageOfNodesToScore"),
         fleet=fleet_kind,
         scheduling_s=outcome.scheduling_s,
@@ -442,7 +529,8 @@ class ReplayCluster:
 
     With `fleet="realistic"` the nodes report allocatable as kubelets do and run the DaemonSet
     pods of bench/fleet.py before any run (see that module; `daemonsets=False` leaves the pods
-    out, keeping allocatable and images); `view` is the nodes as the
+    out, keeping allocatable and images); with `gangs` the API server serves PodGroups (the
+    stack's GANG_APISERVER_FLAGS), which runs of pods naming jobs need; `view` is the nodes as the
     scheduler then sees them. Between runs every pod of the trace is deleted at once (grace
     period 0: no kubelet ever confirms a deletion here), so each run starts from the same
     nodes. Use as a context manager.
@@ -455,10 +543,12 @@ class ReplayCluster:
         fleet: str = "bare",
         seed: int = 1,
         daemonsets: bool = True,
+        gangs: bool = False,
         threads: int = 16,
         log: Callable[[str], None] = print,
     ) -> None:
         from tools.harness import LocalControlPlane
+        from tools.harness.stack import GANG_APISERVER_FLAGS
 
         if fleet not in FLEETS:
             raise ValueError(f"fleet {fleet!r}: expected one of {', '.join(FLEETS)}")
@@ -468,7 +558,8 @@ class ReplayCluster:
         self.daemonsets = fleet == "realistic" and daemonsets
         self.threads = threads
         self.log = log
-        self.cp = LocalControlPlane()
+        self.gangs = gangs
+        self.cp = LocalControlPlane(GANG_APISERVER_FLAGS if gangs else ())
         self.api: _Api | None = None
         self.view = [self._seen(node) for node in nodes]
 
@@ -621,6 +712,26 @@ class ReplayCluster:
         left = self.api.request("GET", f"{path}?limit=1")["items"]
         if left:
             raise RuntimeError(f"pods left after deleting them all: {left[0]['metadata']['name']}")
+        if self.gangs:
+            self._clear_podgroups()
+
+    def _clear_podgroups(self) -> None:
+        """Delete every PodGroup, lifting the finalizer the PodGroupProtection admission adds:
+        its controller, which would lift it once no pod names the group, does not run here."""
+        assert self.api is not None
+        api = self.api
+        api.request("DELETE", PODGROUPS)
+        left = [g["metadata"]["name"] for g in api.request("GET", PODGROUPS)["items"]]
+        _parallel(
+            self.threads,
+            lambda name: api.request(
+                "PATCH", f"{PODGROUPS}/{name}", {"metadata": {"finalizers": None}}
+            ),
+            left,
+        )
+        left = [g["metadata"]["name"] for g in api.request("GET", PODGROUPS)["items"]]
+        if left:
+            raise RuntimeError(f"PodGroups left after deleting them all: {left[0]}")
 
     def run(
         self,
@@ -652,6 +763,14 @@ class ReplayCluster:
         api, cp, log, profile = self.api, self.cp, self.log, rendered.profile
         started = time.monotonic()
         self._clear_pods()
+        if rendered.groups and not self.gangs:
+            raise ValueError(
+                f"[{profile}] the pods name jobs: start ReplayCluster with gangs=True "
+                "(an API server serving PodGroups)"
+            )
+        _parallel(
+            self.threads, lambda group: api.request("POST", PODGROUPS, group), rendered.groups
+        )
         _parallel(
             self.threads,
             lambda pod: api.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod),
@@ -678,7 +797,7 @@ class ReplayCluster:
         begin = time.monotonic()
         with cp.start_scheduler(
             yaml.safe_dump(rendered.config, sort_keys=False),
-            extra_flags=["--v=3", *SCHEDULER_FLAGS],
+            extra_flags=["--v=3", *rendered.flags],
             timeout=120,
             binary=BINARIES.get(profile, "kube-scheduler"),
         ) as scheduler:
@@ -703,6 +822,83 @@ class ReplayCluster:
             scheduling_s=decisions.scheduling_s(),
             attempts=tuple(attempts),
             exposition=exposition,
+            bound_order=tuple(decisions.bound_order),
+        )
+
+    def time_job(
+        self,
+        profile: str,
+        pods: Sequence[TracePod],
+        *,
+        settings: SchedulerConfig | None = None,
+        score_all: bool = False,
+        timeout: float = 600.0,
+    ) -> JobTiming:
+        """Submit one job to a running, idle scheduler of `profile` and time it.
+
+        The cluster is emptied of pods, the scheduler started (and ready: its informers
+        synced), then the job's PodGroup and its pods are created; the time runs from the
+        first creation until the watch sees the last worker decided.
+        """
+        assert self.api is not None
+        api, cp = self.api, self.cp
+        rendered = render(
+            profile,
+            pods,
+            str(cp.kubeconfig_path),
+            settings=settings,
+            score_all=score_all,
+            image=self._image,
+        )
+        if len(rendered.groups) != 1 or len(
+            jobs_of(pods)[rendered.groups[0]["metadata"]["name"]]
+        ) != len(pods):
+            raise ValueError(
+                f"expected the workers of one job, got {len(pods)} pods in {len(rendered.groups)} jobs"
+            )
+        self._clear_pods()
+        decisions = Decisions([pod["metadata"]["name"] for pod in rendered.pods])
+        done = threading.Event()
+        failure: list[BaseException] = []
+
+        def watch() -> None:
+            try:
+                follow(api, f"/api/v1/namespaces/{NAMESPACE}/pods", decisions.see)
+            except BaseException as exc:
+                failure.append(exc)
+            finally:
+                done.set()
+
+        with cp.start_scheduler(
+            yaml.safe_dump(rendered.config, sort_keys=False),
+            extra_flags=list(rendered.flags),
+            timeout=300,
+            binary=BINARIES.get(profile, "kube-scheduler"),
+        ) as scheduler:
+            threading.Thread(target=watch, daemon=True).start()
+            time.sleep(1)  # the watch's first LIST, before anything is created
+            begin = time.monotonic()
+            api.request("POST", PODGROUPS, rendered.groups[0])
+            _parallel(
+                self.threads,
+                lambda pod: api.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod),
+                rendered.pods,
+            )
+            if not done.wait(timeout):
+                raise TimeoutError(f"{decisions.remaining} workers undecided after {timeout:.0f} s")
+            if failure:
+                raise failure[0]
+            _, exposition = scheduler.get("/metrics", timeout=30)
+        wall = decisions.decided_at[-1] - begin
+        self.log(f"[{profile}] a job of {len(pods)} workers decided in {wall:.2f} s")
+        return JobTiming(
+            profile=profile,
+            nodes=len(self.nodes),
+            fleet=self.fleet,
+            workers=len(pods),
+            bound=sum(1 for node in decisions.placed if node),
+            wall_s=wall,
+            group_cycle_s=attempt_mean(exposition, GROUP_ATTEMPT_METRIC),
         )
 
     def _image(self, pod: TracePod) -> str:

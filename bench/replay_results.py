@@ -15,12 +15,102 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import write_rows
-from bench.openb_trace import TraceNode, TracePod, fitting
+from bench.openb_trace import TraceNode, TracePod, arrival_units, fitting, jobs_of
 from components.gpu_resources import WHOLE_GPU
 
 GPU = WHOLE_GPU
 GPU_COUNTS = (1, 2, 4, 8)
 CURVE_COLUMNS = ("arrived", "allocated", "arrived_shared", "allocated_shared")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobMetrics:
+    """What became of a run's jobs (pods naming a job, bench.derive_trace --jobs)."""
+
+    jobs: int
+    whole: int
+    """Jobs every worker of which was bound."""
+    gpus: int
+    """GPUs the jobs ask for in all."""
+    whole_gpus: int
+    """GPUs of the jobs started whole."""
+    held_end: int
+    """GPUs bound to workers of jobs not started whole, at the end."""
+    held_peak: int
+    """The most GPUs bound at once to workers of jobs some worker of which was not yet bound,
+    bindings taken in the order the watch saw them (a gang's members too are bound one after
+    another)."""
+    alloc_at_first_rejection: float | None
+    """Allocated / total GPUs before the first single pod or job not started whole although
+    the free GPUs in total were enough for it and each of its pods fits an empty node."""
+
+    @property
+    def whole_gpu_share(self) -> float:
+        """The share of the jobs' GPUs that went to jobs started whole."""
+        return self.whole_gpus / self.gpus if self.gpus else 0.0
+
+
+def compute_job_metrics(
+    nodes: Sequence[TraceNode],
+    pods: Sequence[TracePod],
+    placed: Sequence[str | None],
+    bound_order: Sequence[int] = (),
+) -> JobMetrics:
+    """The jobs' metrics of one run; `pods` in arrival order (a job's workers together, as
+    `arrival_order` gives them), `placed[i]` pod i's node or None, `bound_order` the pods'
+    positions in the order they were seen bound (empty: unknown, the peak is then the end)."""
+    if len(placed) != len(pods):
+        raise ValueError(f"{len(placed)} outcomes for {len(pods)} pods")
+    total = sum(n.gpus for n in nodes)
+    if total <= 0:
+        raise ValueError("the node list has no GPUs")
+    jobs = jobs_of(pods)
+    job_of = {i: job for job, members in jobs.items() for i in members}
+    whole = {job for job, members in jobs.items() if all(placed[i] for i in members)}
+    can_fit = fitting(pods, nodes)
+    position = {id(pod): index for index, pod in enumerate(pods)}
+    allocated = 0
+    first: float | None = None
+    for unit in arrival_units(pods):
+        indices = [position[id(pod)] for pod in unit]
+        demand = sum(pod.gpus for pod in unit)
+        started = all(placed[i] for i in indices)
+        if (
+            first is None
+            and not started
+            and demand > 0
+            and total - allocated >= demand
+            and all(can_fit[i] for i in indices)
+        ):
+            first = allocated / total
+        allocated += sum(pods[i].gpus for i in indices if placed[i])
+    bound: Counter[str] = Counter()
+    held = peak = 0
+    for index in bound_order:
+        job = job_of.get(index)
+        if job is None or placed[index] is None:
+            continue
+        bound[job] += 1
+        held += pods[index].gpus
+        if bound[job] == len(jobs[job]):
+            held -= sum(pods[i].gpus for i in jobs[job])
+        peak = max(peak, held)
+    held_end = sum(
+        pods[i].gpus
+        for job, members in jobs.items()
+        if job not in whole
+        for i in members
+        if placed[i]
+    )
+    return JobMetrics(
+        jobs=len(jobs),
+        whole=len(whole),
+        gpus=sum(pods[i].gpus for members in jobs.values() for i in members),
+        whole_gpus=sum(pods[i].gpus for job in whole for i in jobs[job]),
+        held_end=held_end,
+        held_peak=max(peak, held_end),
+        alloc_at_first_rejection=first,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +163,17 @@ class Metrics:
     curve: tuple[tuple[float, float, float, float], ...] = ()
     """After each pod: (arrived GPU demand / total, allocated / total), whole GPUs, then the
     same with shared GPUs as fractions."""
+    jobs: JobMetrics | None = None
+    """The jobs' metrics (None: the pods name no job)."""
+    group_attempt_p99_s: float | None = None
+    """99th percentile of the scheduler's pod group cycle latency (all results)."""
+    group_attempts: int | None = None
+    """Pod group cycles the scheduler ran (its histogram's count; None: no gangs)."""
+
+    @property
+    def pods_per_s(self) -> float | None:
+        """Pods decided per second, from the first decision to the last."""
+        return self.pods / self.scheduling_s if self.scheduling_s else None
 
 
 def compute_metrics(
@@ -170,6 +271,8 @@ def no_node_has_gpus(message: str) -> bool:
 
 ATTEMPT_METRIC = "scheduler_scheduling_attempt_duration_seconds"
 ALGORITHM_METRIC = "scheduler_scheduling_algorithm_duration_seconds"
+GROUP_ATTEMPT_METRIC = "scheduler_podgroup_scheduling_attempt_duration_seconds"
+"""A pod group cycle's latency, observed once per cycle (schedule_one_podgroup.go)."""
 _SAMPLE = re.compile(r"^(?P<name>[a-z_]+)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$")
 
 
@@ -206,11 +309,17 @@ def attempt_quantile(exposition: str, q: float, metric: str = ATTEMPT_METRIC) ->
     return lower
 
 
-def attempt_mean(exposition: str) -> float | None:
-    """The scheduler's mean attempt latency (its histogram's sum over count)."""
-    total = sum(v for _, v in _samples(exposition, f"{ATTEMPT_METRIC}_sum"))
-    count = sum(v for _, v in _samples(exposition, f"{ATTEMPT_METRIC}_count"))
+def attempt_mean(exposition: str, metric: str = ATTEMPT_METRIC) -> float | None:
+    """The mean of one of the scheduler's latency histograms (its sum over count)."""
+    total = sum(v for _, v in _samples(exposition, f"{metric}_sum"))
+    count = sum(v for _, v in _samples(exposition, f"{metric}_count"))
     return total / count if count else None
+
+
+def observations(exposition: str, metric: str) -> int | None:
+    """How many observations a histogram of the scheduler holds; None when it has none."""
+    count = sum(v for _, v in _samples(exposition, f"{metric}_count"))
+    return round(count) if count else None
 
 
 CSV_FIELDS = (
@@ -243,6 +352,20 @@ CSV_FIELDS = (
     "attempt_mean_ms",
     "algorithm_p99_ms",
 )
+JOB_FIELDS = (
+    "jobs",
+    "jobs_whole",
+    "job_gpus",
+    "job_gpus_whole",
+    "job_gpu_share_whole",
+    "gpus_held_incomplete_end",
+    "gpus_held_incomplete_peak",
+    "alloc_at_first_rejection",
+    "pods_per_s",
+    "group_attempt_p99_ms",
+    "group_attempts",
+)
+"""The CSV columns of a trace with jobs, after CSV_FIELDS."""
 
 
 def milliseconds(seconds: float | None) -> str:
@@ -290,11 +413,28 @@ def csv_row(m: Metrics) -> dict[str, str]:
         "attempt_mean_ms": milliseconds(m.attempt_mean_s),
         "algorithm_p99_ms": milliseconds(m.algorithm_p99_s),
     }
+    if m.jobs is not None:
+        j = m.jobs
+        row |= {
+            "jobs": str(j.jobs),
+            "jobs_whole": str(j.whole),
+            "job_gpus": str(j.gpus),
+            "job_gpus_whole": str(j.whole_gpus),
+            "job_gpu_share_whole": _ratio(j.whole_gpu_share),
+            "gpus_held_incomplete_end": str(j.held_end),
+            "gpus_held_incomplete_peak": str(j.held_peak),
+            "alloc_at_first_rejection": _ratio(j.alloc_at_first_rejection),
+            "pods_per_s": "" if m.pods_per_s is None else f"{m.pods_per_s:.1f}",
+            "group_attempt_p99_ms": milliseconds(m.group_attempt_p99_s),
+            "group_attempts": "" if m.group_attempts is None else str(m.group_attempts),
+        }
     return row
 
 
 def write_csv(path: Path, results: Sequence[Metrics]) -> None:
-    write_rows(path, CSV_FIELDS, (csv_row(m) for m in results))
+    """The runs' rows; with the columns of JOB_FIELDS when some run had jobs."""
+    fields = CSV_FIELDS + (JOB_FIELDS if any(m.jobs for m in results) else ())
+    write_rows(path, fields, (csv_row(m) for m in results))
 
 
 CURVE_FIELDS = ("fleet", "order", "profile", "run", "pod", *CURVE_COLUMNS)
@@ -390,5 +530,67 @@ def format_table(results: Sequence[Metrics]) -> str:
             f"| {run_label(m)} | {frag} | {gpu_frag} | {m.final_alloc:.1%} | {by_gpus} "
             f"| {m.rejected_by_gpus.get(0, 0)} | {m.rejected_gpu_frag} / {m.rejected_stranded} "
             f"| {m.bound} / {m.pods} | {m.wall_s:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def first_rejection_or_final(m: Metrics) -> float:
+    """Allocation at the first rejection of a single pod or job that fit (JobMetrics); the
+    final one if none came."""
+    if m.jobs is None or m.jobs.alloc_at_first_rejection is None:
+        return m.final_alloc
+    return m.jobs.alloc_at_first_rejection
+
+
+def job_table(results: Sequence[Metrics]) -> str:
+    """A Markdown table of the runs with jobs, one row per run."""
+    lines = [
+        "| run | jobs started whole | their share of the jobs' GPUs "
+        "| GPUs held by incomplete jobs: end / peak | alloc. at first rejection "
+        "| final alloc. | pods/s | attempt p99 ms: pod / group |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for m in results:
+        if m.jobs is None:
+            continue
+        j = m.jobs
+        first = (
+            "none" if j.alloc_at_first_rejection is None else f"{j.alloc_at_first_rejection:.1%}"
+        )
+        rate = "" if m.pods_per_s is None else f"{m.pods_per_s:.1f}"
+        group = milliseconds(m.group_attempt_p99_s) or "-"
+        lines.append(
+            f"| {run_label(m)} | {j.whole} / {j.jobs} | {j.whole_gpu_share:.1%} "
+            f"| {j.held_end} / {j.held_peak} | {first} | {m.final_alloc:.1%} | {rate} "
+            f"| {milliseconds(m.attempt_p99_s)} / {group} |"
+        )
+    return "\n".join(lines)
+
+
+def job_summary_table(results: Sequence[Metrics]) -> str:
+    """A Markdown table of the runs with jobs: per fleet and profile, the mean over arrival
+    orders (min-max), and the most GPUs incomplete jobs held in any run."""
+    groups: dict[tuple[str, str], list[Metrics]] = {}
+    for m in results:
+        if m.jobs is not None:
+            groups.setdefault((m.fleet, m.profile), []).append(m)
+    lines = [
+        "| fleet | profile | orders | jobs started whole | their GPU share "
+        "| GPUs held by incomplete jobs, most: end / peak | alloc. at first rejection "
+        "| final alloc. | pods/s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (kind, profile), runs in groups.items():
+        jobs = [m.jobs for m in runs if m.jobs is not None]
+        whole = [j.whole for j in jobs]
+        rates = [m.pods_per_s for m in runs if m.pods_per_s is not None]
+        rate = f"{sum(rates) / len(rates):.1f}" if rates else ""
+        lines.append(
+            f"| {kind} | {profile} | {len(runs)} "
+            f"| {sum(whole) / len(whole):.1f} of {jobs[0].jobs} ({min(whole)}-{max(whole)}) "
+            f"| {_spread([j.whole_gpu_share for j in jobs])} "
+            f"| {max(j.held_end for j in jobs)} / {max(j.held_peak for j in jobs)} "
+            f"| {_spread([first_rejection_or_final(m) for m in runs])} "
+            f"| {_spread([m.final_alloc for m in runs])} | {rate} |"
         )
     return "\n".join(lines)

@@ -214,7 +214,10 @@ def test_openb_scheduler_config_scores_every_node_in_default_and_binpack() -> No
     assert "pluginConfig" not in default["profiles"][0]
     strategy = binpack["profiles"][0]["pluginConfig"][0]["args"]["scoringStrategy"]
     assert strategy["type"] == "RequestedToCapacityRatio"
-    expected = "profile 'spread': expected one of default, mostallocated, binpack, fragmentation"
+    expected = (
+        "profile 'spread': expected one of default, mostallocated, binpack, fragmentation, "
+        "binpack-gangs, fragmentation-gangs"
+    )
     with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
         scheduler_config("spread", "/kc")
 
@@ -305,7 +308,7 @@ class _SlowDeleteApi:
 def test_openb_clearing_pods_asks_again_when_the_api_server_times_out() -> None:
     cluster: Any = object.__new__(ReplayCluster)  # no control plane: only the API is used
     slow = _SlowDeleteApi(timeouts=2)
-    cluster.api = slow
+    cluster.api, cluster.gangs = slow, False
     cluster._clear_pods()
     assert slow.deletes == 3
     cluster.api = _SlowDeleteApi(timeouts=5)
@@ -327,7 +330,10 @@ def test_openb_fragmentation_profile_is_the_stacks_with_the_plugin_binary() -> N
             "args": {"gpuResources": ["nvidia.com/gpu"], "migResourcePrefix": ""},
         }
     ]
-    assert BINARIES == {"fragmentation": "gpu-binpack-scheduler"}
+    assert BINARIES == {
+        "fragmentation": "gpu-binpack-scheduler",
+        "fragmentation-gangs": "gpu-binpack-scheduler",
+    }
 
 
 def test_openb_metrics_first_fragmentation_ignores_a_pod_no_empty_node_fits() -> None:

@@ -22,12 +22,14 @@ LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
 def _default_outputs() -> dict[str, Path]:
-    from bench import binpack_sweep, local_stack, openb_replay, scale, scheduler_scale
+    from bench import binpack_sweep, gang_scale, local_stack, openb_replay, scale, scheduler_scale
 
-    return {
+    outputs = {
         module.__name__: module.DEFAULT_CSV
-        for module in (openb_replay, binpack_sweep, scheduler_scale, scale, local_stack)
+        for module in (openb_replay, binpack_sweep, scheduler_scale, scale, local_stack, gang_scale)
     }
+    outputs["bench.openb_replay (a trace with jobs)"] = openb_replay.JOBS_CSV
+    return outputs
 
 
 def test_bench_results_hold_only_study_folders_each_with_a_readme() -> None:
