@@ -2,7 +2,10 @@ package fragmentation
 
 import (
 	"container/heap"
+	"hash/maphash"
+	"math"
 	"slices"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -59,10 +62,42 @@ func (p *Plugin) gangPending(pod *v1.Pod) []Amounts {
 	var pending []Amounts
 	for _, member := range state.UnscheduledPods() {
 		if member.UID != pod.UID {
-			pending = append(pending, p.PodAmounts(member))
+			pending = append(pending, p.amountsOf(member, p.members.of(member)))
 		}
 	}
 	return pending
+}
+
+// maxMemberRequests bounds the pods memberRequests holds: past it, it starts over.
+const maxMemberRequests = 4096
+
+// memberRequests remembers what the pending members of gangs request: each member of a gang of
+// n counts the n-1 others, one cycle after the other. A pod's requests are a function of the
+// pod object alone, and the informers replace an object rather than change it, so one is
+// reused only for the very object it was worked out from.
+type memberRequests struct {
+	mu    sync.Mutex
+	byUID map[types.UID]memberRequest
+}
+
+type memberRequest struct {
+	pod *v1.Pod
+	req v1.ResourceList
+}
+
+// of is resourcehelper.PodRequests of pod, worked out once per pod object.
+func (r *memberRequests) of(pod *v1.Pod) v1.ResourceList {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if m, ok := r.byUID[pod.UID]; ok && m.pod == pod {
+		return m.req
+	}
+	if r.byUID == nil || len(r.byUID) >= maxMemberRequests {
+		r.byUID = map[types.UID]memberRequest{}
+	}
+	req := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	r.byUID[pod.UID] = memberRequest{pod: pod, req: req}
+	return req
 }
 
 // knownDemand splits a gang's pending members into those of pod's own shape (how many) and a
@@ -181,85 +216,167 @@ type event struct {
 
 // follow computes, for each node, the cost of placing rest more pods of shape pod greedily
 // (each on the node it costs least on) over the nodes of frees once pod is placed on that
-// node. A node's costs, pod after pod, are computed only as far as the run reaches them.
+// node. A node's costs, pod after pod, depend on its free room only: nodes of the same room
+// share one chain, computed only as far as the run reaches it.
 type follow struct {
 	m      *Model
 	pod    Amounts
-	chains [][]float64 // per node, the cost of its 1st, 2nd, ... pod of the shape
-	after  []Room      // per node, its room once its chain's pods are placed
-	ends   []bool      // the chain is complete (the node takes no more)
-	run    []event     // the greedy run over every node
+	frees  []Room
+	chains []chain
+	of     []int32 // per node, its chain
+	run    []event // the greedy run over every node
 	heads  eventHeap
 	limit  int // no chain needs more than rest+1 pods
 }
 
+// chain is the cost of the 1st, 2nd, ... pod of the shape on the free room of frees[node].
+type chain struct {
+	costs []float64
+	node  int32
+	end   bool // the chain is complete (the room takes no more)
+}
+
 // Followers returns, per node of frees, the cost of the rest once pod is on that node (0 for
 // a node pod does not fit).
+//
+// A node's cost merges the greedy run over every node, the node's own pods left out, with the
+// node's chain from its second pod on. A node with none of the run's first rest events meets
+// no other events in the merge, so every such node of one room costs the same: that cost is
+// worked out once per room, and only the (at most rest) nodes of the run's head one by one.
 func (m *Model) Followers(pod Amounts, rest int, frees []Room) []float64 {
-	f := &follow{m: m, pod: pod, chains: make([][]float64, len(frees)), after: slices.Clone(frees), ends: make([]bool, len(frees)), limit: rest + 1}
+	f := &follow{m: m, pod: pod, frees: frees, chains: make([]chain, 0, len(frees)), of: make([]int32, len(frees)), limit: rest + 1}
+	// Most chains stop at the node's second pod: their costs share one array.
+	costs := make([]float64, 2*len(frees))
+	seed := maphash.MakeSeed()
+	byRoom := make(map[uint64]int32, len(frees))
 	for i := range frees {
-		if c, ok := f.at(i, 0); ok {
-			f.heads = append(f.heads, headOf(i, 0, c))
+		h := maphash.Comparable(seed, frees[i])
+		c, ok := byRoom[h]
+		if !ok || frees[f.chains[c].node] != frees[i] {
+			c = int32(len(f.chains))
+			f.chains = append(f.chains, chain{costs: costs[2*c : 2*c : 2*c+2], node: int32(i)})
+			if !ok { // a collision only loses the sharing
+				byRoom[h] = c
+			}
+		}
+		f.of[i] = c
+		if cost, ok := f.at(c, 0); ok {
+			f.heads = append(f.heads, headOf(i, 0, cost))
 		}
 	}
 	heap.Init(&f.heads)
+	// The run's head: its first rest events (fewer if the nodes take fewer pods), on at most
+	// rest nodes, and its dearest event.
+	inHead := map[int]bool{}
+	top := math.Inf(-1)
+	for k := range rest {
+		e, ok := f.event(k)
+		if !ok {
+			break
+		}
+		inHead[e.node] = true
+		top = max(top, e.cost)
+	}
+	// A node outside the head whose own second pod is dearer than every event of a full head
+	// (or that takes no second pod) follows the head alone.
+	alone := f.rest(-1, -1, rest)
+	full := len(f.run) >= rest
+	byChain := make([]float64, len(f.chains)) // the cost of a node outside the head, by room
+	done := make([]bool, len(f.chains))
 	out := make([]float64, len(frees))
 	for n := range frees {
-		if _, ok := f.at(n, 0); !ok {
-			continue
-		}
-		var sum float64
-		own, k := 1, 0 // n's next pod (its first is the scored member); the run's next event
-		for range rest {
-			ownCost, ownOK := f.at(n, own)
-			other, otherOK := f.next(n, &k)
-			switch {
-			case ownOK && (!otherOK || ownCost <= other.cost):
-				sum += ownCost
-				own++
-			case otherOK:
-				sum += other.cost
-				k++
-			default:
-				sum += followPenalty
+		c := f.of[n]
+		switch {
+		case len(f.chains[c].costs) == 0: // pod does not fit
+		case inHead[n]:
+			out[n] = f.rest(n, c, rest)
+		case !done[c]:
+			if second, ok := f.at(c, 1); !ok || (full && second > top) {
+				byChain[c] = alone
+			} else {
+				byChain[c] = f.rest(n, c, rest)
 			}
+			done[c] = true
+			fallthrough
+		default:
+			out[n] = byChain[c]
 		}
-		out[n] = sum
 	}
 	return out
 }
 
-// at is the cost of node i's j-th pod (from 0), if it takes that many.
-func (f *follow) at(i, j int) (float64, bool) {
-	for len(f.chains[i]) <= j && !f.ends[i] {
-		if len(f.chains[i]) >= f.limit || (Class{Shape: f.pod}).Fits(&f.after[i]) == 0 {
-			f.ends[i] = true
+// rest is the cost of rest pods after node n's first (chain c; -1 for none, n -1 for no
+// node): each the cheaper of n's next pod and the run's next event on another node (n's pod
+// on a tie), followPenalty when neither is left.
+func (f *follow) rest(n int, c int32, rest int) float64 {
+	var sum float64
+	own, k := 1, 0 // n's next pod (its first is the scored member); the run's next event
+	ownCost, ownOK := 0.0, false
+	if c >= 0 {
+		ownCost, ownOK = f.at(c, own)
+	}
+	for range rest {
+		var other event
+		otherOK := k < len(f.run) && f.run[k].node != n
+		if otherOK {
+			other = f.run[k] // the run's head is out already
+		} else {
+			other, otherOK = f.next(n, &k)
+		}
+		switch {
+		case ownOK && (!otherOK || ownCost <= other.cost):
+			sum += ownCost
+			own++
+			ownCost, ownOK = f.at(c, own)
+		case otherOK:
+			sum += other.cost
+			k++
+		default:
+			sum += followPenalty
+		}
+	}
+	return sum
+}
+
+// at is the cost of chain c's j-th pod (from 0), if its room takes that many.
+func (f *follow) at(c int32, j int) (float64, bool) {
+	ch := &f.chains[c]
+	for len(ch.costs) <= j && !ch.end {
+		taken := int64(len(ch.costs)) // the pods before this one, all of shape pod
+		after := f.frees[ch.node].Take(Amounts{Kind: f.pod.Kind, GPUs: taken * f.pod.GPUs, MilliCPU: taken * f.pod.MilliCPU, Memory: taken * f.pod.Memory})
+		if len(ch.costs) >= f.limit || (Class{Shape: f.pod}).Fits(&after) == 0 {
+			ch.end = true
 			break
 		}
-		f.chains[i] = append(f.chains[i], f.m.Cost(f.after[i], f.pod))
-		f.after[i] = f.after[i].Take(f.pod)
+		ch.costs = append(ch.costs, f.m.Cost(after, f.pod))
 	}
-	if j < len(f.chains[i]) {
-		return f.chains[i][j], true
+	if j < len(ch.costs) {
+		return ch.costs[j], true
 	}
 	return 0, false
+}
+
+// event is the greedy run's k-th event (from 0), if it has that many.
+func (f *follow) event(k int) (event, bool) {
+	for len(f.run) <= k {
+		if len(f.heads) == 0 {
+			return event{}, false
+		}
+		h := heap.Pop(&f.heads).(head)
+		f.run = append(f.run, event{node: h.node, cost: h.cost})
+		if c, ok := f.at(f.of[h.node], h.j+1); ok {
+			heap.Push(&f.heads, headOf(h.node, h.j+1, c))
+		}
+	}
+	return f.run[k], true
 }
 
 // next is the greedy run's first event from k on that is not on node n (k moves to it).
 func (f *follow) next(n int, k *int) (event, bool) {
 	for ; ; *k++ {
-		for len(f.run) <= *k {
-			if len(f.heads) == 0 {
-				return event{}, false
-			}
-			h := heap.Pop(&f.heads).(head)
-			f.run = append(f.run, event{node: h.node, cost: h.cost})
-			if c, ok := f.at(h.node, h.j+1); ok {
-				heap.Push(&f.heads, headOf(h.node, h.j+1, c))
-			}
-		}
-		if e := f.run[*k]; e.node != n {
-			return e, true
+		e, ok := f.event(*k)
+		if !ok || e.node != n {
+			return e, ok
 		}
 	}
 }

@@ -68,9 +68,10 @@ type Plugin struct {
 	seen     map[types.UID]struct{}
 	seeded   bool
 	fleet    *Fleet
-	sim      simulated // pods a pod group cycle placed in the snapshot only (gang.go)
-	sweep    int       // the next node of the snapshot's list the sweep reads
-	nodeless int       // listed NodeInfos without a Node at the last full pass
+	sim      simulated      // pods a pod group cycle placed in the snapshot only (gang.go)
+	members  memberRequests // what the pending members of gangs request (gang.go)
+	sweep    int            // the next node of the snapshot's list the sweep reads
+	nodeless int            // listed NodeInfos without a Node at the last full pass
 }
 
 var (
@@ -136,7 +137,11 @@ func (s *cycleState) Clone() fwk.StateData { return s }
 // GPU resources, DRA devices of its ResourceClaims and extended resources DRA backs (dra.go)
 // alike.
 func (p *Plugin) PodAmounts(pod *v1.Pod) Amounts {
-	req := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	return p.amountsOf(pod, resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}))
+}
+
+// amountsOf is PodAmounts of a pod whose requests (resourcehelper.PodRequests) are known.
+func (p *Plugin) amountsOf(pod *v1.Pod, req v1.ResourceList) Amounts {
 	return shape(p.res.amounts(req).Add(p.extendedDemand(req)).Add(p.claimDemand(pod)))
 }
 
