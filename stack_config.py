@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Self
@@ -454,9 +454,9 @@ class StackConfig(Settings):
         return tuple(found)
 
 
-@dataclass(frozen=True)
-class LayerRow:
-    """One row of the table of layers: a StackConfig field marked with Layer."""
+@dataclass(frozen=True, kw_only=True)
+class LayerRow(Layer):
+    """One row of the table of layers: a StackConfig field's Layer mark, with the field."""
 
     field: str
     """The StackConfig field (snake_case)."""
@@ -464,10 +464,6 @@ class LayerRow:
     """The section's config key."""
     settings: Any
     """The section's settings model (or type)."""
-    component: str
-    summary: str
-    namespace: str | None
-    fixed_namespace: str | None
 
     @property
     def section(self) -> LayerSection:
@@ -486,10 +482,7 @@ def _layer_rows() -> tuple[LayerRow, ...]:
                     field=name,
                     key=info.alias or name,
                     settings=info.annotation,
-                    component=mark.component,
-                    summary=mark.summary,
-                    namespace=mark.namespace,
-                    fixed_namespace=mark.fixed_namespace,
+                    **{f.name: getattr(mark, f.name) for f in fields(Layer)},
                 )
             )
     return tuple(rows)

@@ -35,6 +35,7 @@ from bench.openb_trace import (
     TracePod,
     comma_choices,
     jobs_of,
+    node_counts,
     read_nodes,
     read_pods,
 )
@@ -134,12 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--threads", type=int, default=16, help="parallel object creation")
     args = parser.parse_args(argv)
-    try:
-        counts = [int(n) for n in args.nodes.split(",") if n.strip()]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 1:
-        parser.error(f"--nodes {args.nodes!r}: expected comma-separated integers >= 1")
+    counts = node_counts(parser, args.nodes)
     for flag, value, low in (("--pods", args.pods, 1), ("--workers", args.workers, 2)):
         if value < low:
             parser.error(f"{flag} {value}: expected an integer >= {low}")

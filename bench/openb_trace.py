@@ -208,6 +208,17 @@ def load_trace(
     return nodes, pods
 
 
+def node_counts(parser: argparse.ArgumentParser, raw: str) -> list[int]:
+    """The comma-separated node counts of `raw` (--nodes); a usage error unless each is >= 1."""
+    try:
+        counts = [int(n) for n in raw.split(",") if n.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        parser.error(f"--nodes {raw!r}: expected comma-separated integers >= 1")
+    return counts
+
+
 def comma_choices(
     parser: argparse.ArgumentParser, flag: str, raw: str, allowed: Sequence[str]
 ) -> list[str]:

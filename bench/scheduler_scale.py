@@ -39,6 +39,7 @@ from bench.openb_trace import (
     DEFAULT_PODS_FILE,
     TraceNode,
     comma_choices,
+    node_counts,
     read_nodes,
     read_pods,
 )
@@ -119,12 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--threads", type=int, default=16, help="parallel object creation")
     args = parser.parse_args(argv)
-    try:
-        counts = [int(n) for n in args.nodes.split(",") if n.strip()]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 1:
-        parser.error(f"--nodes {args.nodes!r}: expected comma-separated integers >= 1")
+    counts = node_counts(parser, args.nodes)
     profiles = comma_choices(parser, "--profiles", args.profiles, PROFILES)
     fleets = comma_choices(parser, "--fleets", args.fleets, FLEETS)
     if args.pods < 1:
