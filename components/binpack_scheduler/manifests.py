@@ -44,6 +44,8 @@ FRAGMENTATION_PLUGIN = "GpuFragmentation"
 # PodTopologySpread 2, InterPodAffinity 2, ImageLocality 1): fragmentation decides, a pod's
 # own preferences still break its near-ties.
 FRAGMENTATION_WEIGHT = 10
+# Pods that ask for DRA GPUs through ResourceClaims: scheduler/fragmentation/claimbinpack.go.
+CLAIM_BINPACK_PLUGIN = "GpuClaimBinpack"
 
 
 def render_config(profile: SchedulerProfile, kubeconfig: str | None = None) -> dict[str, Any]:
@@ -136,7 +138,43 @@ def _binpack_entry(profile: SchedulerProfile) -> dict[str, Any]:
                 },
             }
         )
+    if profile.claim_binpack:
+        _add_claim_binpack(entry, profile)
     return entry
+
+
+def claim_binpack_weight(profile: SchedulerProfile) -> int:
+    """GpuClaimBinpack's plugin weight: for a claim pod, NodeResourcesFit scores cpu and memory
+    alone (their weighted mean, at plugin weight 1), so the GPU score weighs what
+    RequestedToCapacityRatio gives the GPU against them: the GPU weight over the weights of
+    the other resources (1 to 100; 1 when the profile weighs GPUs only)."""
+    others = sum(r.weight for r in profile.resources if r.name not in profile.gpu_resource_names)
+    if others == 0:
+        return 1
+    return max(1, min(100, round(profile.gpu_weight / others)))
+
+
+def _add_claim_binpack(entry: dict[str, Any], profile: SchedulerProfile) -> None:
+    """GpuClaimBinpack beside NodeResourcesFit, with the profile's shape: it scores only pods
+    whose ResourceClaims ask for GPUs, and hears of its placements at reserve."""
+    score = entry["plugins"]["score"]
+    score["enabled"] = [
+        *score.get("enabled", []),
+        {"name": CLAIM_BINPACK_PLUGIN, "weight": claim_binpack_weight(profile)},
+    ]
+    entry["plugins"] = {
+        "preScore": {"enabled": [{"name": CLAIM_BINPACK_PLUGIN}]},
+        **entry["plugins"],
+        "reserve": {"enabled": [{"name": CLAIM_BINPACK_PLUGIN}]},
+    }
+    entry["pluginConfig"].append(
+        {
+            "name": CLAIM_BINPACK_PLUGIN,
+            "args": {
+                "shape": [{"utilization": p.utilization, "score": p.score} for p in profile.shape]
+            },
+        }
+    )
 
 
 def render_config_yaml(profile: SchedulerProfile, kubeconfig: str | None = None) -> str:

@@ -31,6 +31,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from components.control_plane_features.settings import NO_NEEDS, ControlPlaneNeeds
+from components.gpu_operator.settings import DEVICE_CLASS_RESOURCE_PREFIX
 from components.gpu_resources import (
     GPU_RESOURCE_NAME,
     GPU_RESOURCES_SHOWN,
@@ -150,6 +151,9 @@ class SchedulerProfile:
     besides components/gpu_resources.py's GPU_NAMES and GPU_PREFIXES."""
     gang_scheduling: bool = False
     """Gang scheduling of PodGroups (the GenericWorkload gate on the scheduler)."""
+    claim_binpack: bool = False
+    """Score pods that ask for DRA GPUs through ResourceClaims by how full the node's devices
+    would be (GpuClaimBinpack, in the image built from scheduler/; scoring binpack only)."""
 
     @property
     def feature_gates(self) -> dict[str, bool]:
@@ -165,6 +169,23 @@ class SchedulerProfile:
     def gpu_resource_names(self) -> tuple[str, ...]:
         """The GPU resources the profile weighs (GpuFragmentation counts them as GPUs)."""
         return tuple(r.name for r in self.resources if is_gpu_resource(r.name, self.gpus))
+
+    @property
+    def gpu_weight(self) -> int:
+        """The heaviest weight of a GPU resource among `resources` (0 without one)."""
+        gpus = set(self.gpu_resource_names)
+        return max((r.weight for r in self.resources if r.name in gpus), default=0)
+
+
+def dra_resource_names(gpus: GpuResources) -> tuple[str, ...]:
+    """The extended resource names of DeviceClasses among `gpus` (allocation dra:
+    GpuOperatorSettings.gpu_resources()); none with the device plugin."""
+    return tuple(n for n in gpus.names if n.startswith(DEVICE_CLASS_RESOURCE_PREFIX))
+
+
+def is_upstream_image(image: str | None) -> bool:
+    """Unset (the upstream image, tagged kubernetesVersion) or registry.k8s.io/kube-scheduler."""
+    return image is None or image.startswith((f"{UPSTREAM_IMAGE}:", f"{UPSTREAM_IMAGE}@"))
 
 
 def lease_conflict(name: str) -> str:
@@ -369,22 +390,34 @@ class BinpackSchedulerSettings(Settings):
     def profile_with(self, advertised: GpuResources) -> SchedulerProfile:
         """The profile with what the device plugin advertises: every GPU resource
         (gpu_resources_with()) that resource_weights leaves out is weighted like its heaviest
-        GPU resource; GpuFragmentation counts them, time-sliced ones and MIG profiles too."""
+        GPU resource; GpuFragmentation counts them, time-sliced ones and MIG profiles too.
+
+        With DRA (`advertised` names DeviceClasses' extended resources): BalancedAllocation
+        balances those names too when it balances a GPU resource, and, with scoring binpack
+        and an image of this project's (not upstream's), GpuClaimBinpack scores the pods that
+        ask through ResourceClaims. Nothing changes for the device plugin."""
         gpus = self.gpu_resources_with(advertised)
         weights = dict(self.resource_weights)
         gpu_weight = max(w for n, w in weights.items() if is_gpu_resource(n, gpus))
         for name in gpus.names:
             weights.setdefault(name, gpu_weight)
+        dra = dra_resource_names(gpus)
+        balanced = self.balanced_allocation.resources
+        if dra and any(is_gpu_resource(r, gpus) for r in balanced):
+            balanced = tuple(dict.fromkeys([*balanced, *dra]))
         return SchedulerProfile(
             scheduler_name=self.name,
             shape=self.shape,
             resources=tuple(ResourceWeight(name=n, weight=w) for n, w in weights.items()),
             percentage_of_nodes_to_score=self.percentage_of_nodes_to_score,
             balanced_weight=self.balanced_allocation.weight,
-            balanced_resources=self.balanced_allocation.resources,
+            balanced_resources=balanced,
             scoring=self.scoring,
             shared_gpus=gpus.shared,
             mig_prefix=next(iter(gpus.prefixes), ""),
             gpus=gpus,
             gang_scheduling=self.gang_scheduling,
+            claim_binpack=bool(dra)
+            and self.scoring == BINPACK
+            and not is_upstream_image(self.image),
         )

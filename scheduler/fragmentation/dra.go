@@ -11,11 +11,13 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 )
 
 // GPUs under Dynamic Resource Allocation (resource.k8s.io/v1).
@@ -55,6 +57,23 @@ type draDevice struct {
 	id    structured.DeviceID
 	kind  Kind
 	units int64
+}
+
+// draTracker follows the driver's DRA GPUs node by node and reads what a pod's claims and
+// DRA-backed extended resources ask for, in the kinds and units of resources. GpuFragmentation
+// and GpuClaimBinpack each own one.
+type draTracker struct {
+	handle fwk.Handle
+	config config
+	res    *resources
+	dra    *draState
+	// claimLister reads ResourceClaims where the framework has no DRA manager (nil without an
+	// informer factory).
+	claimLister resourcelisters.ResourceClaimLister
+}
+
+func newDRATracker(handle fwk.Handle, c config, res *resources) *draTracker {
+	return &draTracker{handle: handle, config: c, res: res, dra: newDRAState()}
 }
 
 // draRoom is a node's DRA GPUs: all of them (alloc) and those no claim holds (free).
@@ -106,7 +125,7 @@ func (d *draState) mark(node string) {
 
 // watchDRA follows the driver's ResourceSlices and every ResourceClaim on the scheduler's
 // informers (kube-scheduler starts both for its DynamicResources plugin).
-func (p *Plugin) watchDRA(f informers.SharedInformerFactory) error {
+func (p *draTracker) watchDRA(f informers.SharedInformerFactory) error {
 	slices := f.Resource().V1().ResourceSlices()
 	if _, err := slices.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { p.onSlice(nil, obj) },
@@ -134,7 +153,7 @@ func asSlice(obj any) *resourceapi.ResourceSlice {
 }
 
 // onSlice keeps the driver's node-local slices and marks their nodes.
-func (p *Plugin) onSlice(oldObj, newObj any) {
+func (p *draTracker) onSlice(oldObj, newObj any) {
 	d := p.dra
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -170,7 +189,7 @@ func (p *Plugin) onSlice(oldObj, newObj any) {
 }
 
 // onClaim marks the nodes of the devices a claim's allocation held before and holds now.
-func (p *Plugin) onClaim(oldObj, newObj any) {
+func (p *draTracker) onClaim(oldObj, newObj any) {
 	d := p.dra
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -192,7 +211,7 @@ func (p *Plugin) onClaim(oldObj, newObj any) {
 
 // nodeDevices are the GPU devices of a node's slices, of each pool's newest generation only
 // (d.mu held). A device that is neither a GPU nor a MIG device of a known profile is left out.
-func (p *Plugin) nodeDevices(node string) []draDevice {
+func (p *draTracker) nodeDevices(node string) []draDevice {
 	d := p.dra
 	newest := map[string]int64{}
 	for name := range d.nodeSlices[node] {
@@ -217,7 +236,7 @@ func (p *Plugin) nodeDevices(node string) []draDevice {
 }
 
 // deviceKind: the device's kind and GPU units, and its MIG profile ("" for a whole GPU).
-func (p *Plugin) deviceKind(dev resourceapi.Device) (Kind, int64, string, bool) {
+func (p *draTracker) deviceKind(dev resourceapi.Device) (Kind, int64, string, bool) {
 	t := dev.Attributes[draTypeAttribute].StringValue
 	if t == nil {
 		return 0, 0, "", false
@@ -240,9 +259,9 @@ func (p *Plugin) deviceKind(dev resourceapi.Device) (Kind, int64, string, bool) 
 }
 
 // refreshDRA reads again the DRA room of the nodes events named and returns those whose room
-// changed (p.mu held). A node found unchanged stays named for up to markedCycles cycles: the
+// changed. A node found unchanged stays named for up to markedCycles cycles: the
 // claim tracker may hear of an allocation after the plugin does.
-func (p *Plugin) refreshDRA() []string {
+func (p *draTracker) refreshDRA() []string {
 	d := p.dra
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -296,7 +315,7 @@ func (p *Plugin) refreshDRA() []string {
 
 // allocatedDevices: the devices held by claims, from the DRA manager's tracker (allocations in
 // flight included) or, without one, from the claims the informer has.
-func (p *Plugin) allocatedDevices() (interface {
+func (p *draTracker) allocatedDevices() (interface {
 	Has(structured.DeviceID) bool
 }, error) {
 	if p.handle != nil {
@@ -327,7 +346,7 @@ type deviceSet map[structured.DeviceID]struct{}
 func (s deviceSet) Has(id structured.DeviceID) bool { _, ok := s[id]; return ok }
 
 // draRoomOf is the node's DRA GPUs (zero for a node without any).
-func (p *Plugin) draRoomOf(node string) draRoom {
+func (p *draTracker) draRoomOf(node string) draRoom {
 	d := p.dra
 	if !d.any.Load() {
 		return draRoom{}
@@ -342,7 +361,7 @@ func (p *Plugin) draRoomOf(node string) draRoom {
 // allocated asks for the devices it holds; one shared with other pods and allocated asks for
 // nothing more. A request lists its device class and count (allocationMode All: the GPUs of the
 // largest DRA node); of a prioritized list (firstAvailable), the first choice counts.
-func (p *Plugin) claimDemand(pod *v1.Pod) Room {
+func (p *draTracker) claimDemand(pod *v1.Pod) Room {
 	var room Room
 	if len(pod.Spec.ResourceClaims) == 0 {
 		return room
@@ -361,7 +380,7 @@ func (p *Plugin) claimDemand(pod *v1.Pod) Room {
 	return room
 }
 
-func (p *Plugin) getClaim(namespace, name string) (*resourceapi.ResourceClaim, error) {
+func (p *draTracker) getClaim(namespace, name string) (*resourceapi.ResourceClaim, error) {
 	if p.handle != nil {
 		if m := p.handle.SharedDRAManager(); m != nil {
 			return m.ResourceClaims().Get(namespace, name)
@@ -373,7 +392,7 @@ func (p *Plugin) getClaim(namespace, name string) (*resourceapi.ResourceClaim, e
 	return nil, fmt.Errorf("no ResourceClaim lister")
 }
 
-func (p *Plugin) claimRoom(pod *v1.Pod, claim *resourceapi.ResourceClaim) Room {
+func (p *draTracker) claimRoom(pod *v1.Pod, claim *resourceapi.ResourceClaim) Room {
 	var room Room
 	if a := claim.Status.Allocation; a != nil {
 		for _, ref := range claim.Status.ReservedFor {
@@ -423,7 +442,7 @@ func (p *Plugin) claimRoom(pod *v1.Pod, claim *resourceapi.ResourceClaim) Room {
 // classKind: the kind and GPU units of one device of the class, with the request's selectors.
 // A MIG request is the smallest profile any node offers whose device the selectors accept (the
 // allocator may give it any of them); none while no node offers a profile it accepts.
-func (p *Plugin) classKind(class string, selectors []resourceapi.DeviceSelector) (Kind, int64, bool) {
+func (p *draTracker) classKind(class string, selectors []resourceapi.DeviceSelector) (Kind, int64, bool) {
 	switch class {
 	case DRAGPUClass:
 		if len(p.config.gpuResources) == 0 {
@@ -452,7 +471,7 @@ func (p *Plugin) classKind(class string, selectors []resourceapi.DeviceSelector)
 
 // selected: every CEL selector accepts the device (an expression that does not compile or
 // fails accepts none).
-func (p *Plugin) selected(dev resourceapi.Device, selectors []resourceapi.DeviceSelector) bool {
+func (p *draTracker) selected(dev resourceapi.Device, selectors []resourceapi.DeviceSelector) bool {
 	for _, s := range selectors {
 		if s.CEL == nil {
 			continue
@@ -472,7 +491,7 @@ func (p *Plugin) selected(dev resourceapi.Device, selectors []resourceapi.Device
 // extendedDemand is what the pod asks for through extended resources that a DeviceClass maps
 // (DRAExtendedResource) and that are not counted GPU resources already: the names
 // deviceclass.resource.kubernetes.io/<class> and a class's spec.extendedResourceName.
-func (p *Plugin) extendedDemand(list v1.ResourceList) Room {
+func (p *draTracker) extendedDemand(list v1.ResourceList) Room {
 	var room Room
 	if p.handle == nil {
 		return room

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,6 +44,8 @@ type draEnv struct {
 	logger   klog.Logger
 	p        *Plugin
 	seq      int
+	// opts give another plugin the same informers and DRA manager (claimbinpack_test.go).
+	opts []frameworkruntime.Option
 }
 
 func newDRAEnv(t *testing.T, nodes []*v1.Node, objs ...runtime.Object) *draEnv {
@@ -71,7 +74,8 @@ func newDRAEnv(t *testing.T, nodes []*v1.Node, objs ...runtime.Object) *draEnv {
 		e.cache.AddNode(logger, n)
 	}
 	e.sync()
-	e.p = newPlugin(t, e.snapshot, Args{}, frameworkruntime.WithInformerFactory(factory), frameworkruntime.WithSharedDRAManager(manager))
+	e.opts = []frameworkruntime.Option{frameworkruntime.WithInformerFactory(factory), frameworkruntime.WithSharedDRAManager(manager), frameworkruntime.WithSnapshotSharedLister(e.snapshot)}
+	e.p = newPlugin(t, e.snapshot, Args{}, e.opts...)
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
 	var slices int
@@ -131,7 +135,8 @@ func gpuSlice(nodeName string, gpus int, mig map[string]int) *resourceapi.Resour
 	slices.Sort(profiles)
 	for _, p := range profiles {
 		for i := range mig[p] {
-			devices = append(devices, resourceapi.Device{Name: fmt.Sprintf("mig-%s-%d", p, i), Attributes: attrs("type", "mig", "profile", p)})
+			// A device name is a DNS label: no dots (1g.10gb -> mig-1g-10gb-0), as the driver names them.
+			devices = append(devices, resourceapi.Device{Name: fmt.Sprintf("mig-%s-%d", strings.ReplaceAll(p, ".", "-"), i), Attributes: attrs("type", "mig", "profile", p)})
 		}
 	}
 	return &resourceapi.ResourceSlice{
@@ -368,7 +373,7 @@ func TestDRAMIGDevices(t *testing.T) {
 	if got := e.p.PodAmounts(e.claimPod("any", DRAMIGClass, 1, "")); got.Kind != slice1g {
 		t.Errorf("a MIG claim without a selector = %+v, want the 1g.10gb kind %d", got, slice1g)
 	}
-	e.allocate(e.claimPod("first", DRAMIGClass, 1, `device.attributes["gpu.nvidia.com"].profile == "1g.10gb"`), "m2", "mig-1g.10gb-0")
+	e.allocate(e.claimPod("first", DRAMIGClass, 1, `device.attributes["gpu.nvidia.com"].profile == "1g.10gb"`), "m2", "mig-1g-10gb-0")
 	e.p.PreFilter(e.ctx, framework.NewCycleState(), e.claimPod("seen", DRAMIGClass, 7, `device.attributes["gpu.nvidia.com"].profile == "1g.10gb"`), nil)
 	// m2 is broken already; m1 still takes a 7-slice pod; big's lone 1g slice is stranded either way.
 	if got := e.best(pod, "m1", "m2"); got != "m2" {

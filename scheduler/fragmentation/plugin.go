@@ -33,7 +33,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -58,10 +57,7 @@ type Plugin struct {
 	res    *resources
 	pods   corelisters.PodLister // nil without an informer factory
 	marks  marks
-	dra    *draState
-	// claimLister reads ResourceClaims where the framework has no DRA manager (nil without an
-	// informer factory).
-	claimLister resourcelisters.ResourceClaimLister
+	*draTracker
 
 	mu       sync.Mutex
 	learner  *Learner
@@ -99,14 +95,15 @@ func New(_ context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin, 
 }
 
 func newWithConfig(handle fwk.Handle, c config) (*Plugin, error) {
+	res := newResources(c)
 	p := &Plugin{
-		handle:  handle,
-		config:  c,
-		res:     newResources(c),
-		marks:   marks{nodes: map[string]int{}},
-		dra:     newDRAState(),
-		learner: NewLearner(c.window),
-		seen:    map[types.UID]struct{}{},
+		handle:     handle,
+		config:     c,
+		res:        res,
+		draTracker: newDRATracker(handle, c, res),
+		marks:      marks{nodes: map[string]int{}},
+		learner:    NewLearner(c.window),
+		seen:       map[types.UID]struct{}{},
 		// Twice the classes of one model: shapes near the cut keep their supply.
 		fleet: NewFleet(c.maxPriorClasses, 2*(c.maxClasses+c.maxPriorClasses)),
 	}

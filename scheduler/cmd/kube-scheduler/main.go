@@ -1,9 +1,11 @@
 // Command kube-scheduler (built here as gpu-binpack-scheduler) is kube-scheduler with the
-// GpuFragmentation score plugin registered, out of tree, as kubernetes-sigs/scheduler-plugins
-// builds its scheduler. It keeps upstream's command name, so an image built with ko
+// GpuFragmentation and GpuClaimBinpack score plugins registered, out of tree, as
+// kubernetes-sigs/scheduler-plugins builds its scheduler. It keeps upstream's command name, so
+// an image built with ko
 // (/ko-app/kube-scheduler, on PATH) runs with the same Deployment command as
 // registry.k8s.io/kube-scheduler. Every upstream flag and plugin works as in kube-scheduler; a
-// profile enables GpuFragmentation in its configuration.
+// profile enables GpuFragmentation (scoring fragmentation) or GpuClaimBinpack (scoring binpack
+// with DRA GPUs) in its configuration.
 package main
 
 import (
@@ -19,6 +21,9 @@ import (
 )
 
 func main() {
-	command := app.NewSchedulerCommand(app.WithPlugin(fragmentation.Name, fragmentation.New))
+	command := app.NewSchedulerCommand(
+		app.WithPlugin(fragmentation.Name, fragmentation.New),
+		app.WithPlugin(fragmentation.ClaimBinpackName, fragmentation.NewClaimBinpack),
+	)
 	os.Exit(cli.Run(command))
 }
