@@ -161,6 +161,7 @@ if config.monitoring.enabled:
             grafana_admin_password=config.grafana_admin_password,
             dcgm=gpu_operator.dcgm_target if gpu_operator is not None else None,
             gpu_resources=gpu_resources,
+            device_classes=config.gpu_operator.device_classes(),
             opa_serving_cert_not_after=(
                 gate.serving_cert_not_after if config.admission.engine == "opa" else None
             ),
@@ -191,6 +192,8 @@ if gpu_operator is not None:
     pulumi.export("gpuOperatorNamespace", gpu_operator.namespace)
     pulumi.export("gpuOperatorRelease", gpu_operator.release_status)
     pulumi.export("gpuOperatorChart", gpu_operator.chart_version)
+    if config.gpu_operator.allocation == "dra":
+        pulumi.export("gpuDeviceClasses", gpu_operator.device_classes)
 if monitoring is not None:
     pulumi.export("monitoringRelease", monitoring.release_status)
     pulumi.export("grafanaService", monitoring.grafana_service)

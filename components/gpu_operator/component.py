@@ -52,6 +52,7 @@ from components.gpu_operator.settings import (
     DcgmTarget,
     GpuOperatorSettings,
     allocation_device_classes,
+    dcgm_service_selector,
 )
 from components.settings import PROJECT, Runtime
 from components.tainted_gpu_pool.settings import Taint, TaintEffect
@@ -98,7 +99,7 @@ class GpuOperator(ClusterLayer):
         if args.create_namespace:
             namespace = k8s.core.v1.Namespace(
                 f"{name}-namespace",
-                metadata=operator_namespace(args.namespace)["metadata"],
+                metadata=operator_namespace(args.namespace, args.allocation)["metadata"],
                 opts=child,
             )
             child = pulumi.ResourceOptions.merge(
@@ -141,6 +142,7 @@ class GpuOperator(ClusterLayer):
             values,
             args.dcgm_exporter.enabled,
             list(allocation_device_classes(args.allocation)),
+            dcgm_service_selector(args.allocation),
         )
 
     def _publish(
@@ -150,6 +152,7 @@ class GpuOperator(ClusterLayer):
         values: pulumi.Output[dict[str, Any]],
         dcgm_exporter: bool,
         device_classes: list[str],
+        dcgm_selector: Mapping[str, str],
     ) -> None:
         """Set and register the outputs."""
         self.namespace = namespace
@@ -158,7 +161,7 @@ class GpuOperator(ClusterLayer):
         self.chart_version = status.apply(lambda s: str(s.version))
         self.values = values
         self.dcgm_target = (
-            DcgmTarget(namespace=status.apply(lambda s: str(s.namespace)))
+            DcgmTarget(namespace=status.apply(lambda s: str(s.namespace)), selector=dcgm_selector)
             if dcgm_exporter
             else None
         )

@@ -15,7 +15,9 @@ from typing import Any
 import yaml
 
 from components.gpu_operator.settings import (
+    DRA_ADMIN_NAMESPACE_LABEL,
     ENVVAR_WHEN_UNPRIVILEGED,
+    Allocation,
     GpuOperatorSettings,
     MigStrategy,
     TimeSlicing,
@@ -39,13 +41,17 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return merged
 
 
-def operator_namespace(name: str) -> dict[str, Any]:
-    """The operator's Namespace, labelled for privileged pods.
+def operator_namespace(name: str, allocation: Allocation = "device-plugin") -> dict[str, Any]:
+    """The operator's Namespace, labelled for privileged pods, and with allocation dra for
+    DRA admin access (dcgm-exporter's claim on every GPU of its node: settings.py,
+    DRA_ADMIN_NAMESPACE_LABEL).
 
     Operands (driver, toolkit, device plugin) run privileged and mount host paths.
     # Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/getting-started.html
     """
     labels = {**PART_OF, "pod-security.kubernetes.io/enforce": "privileged"}
+    if allocation == "dra":
+        labels[DRA_ADMIN_NAMESPACE_LABEL] = "true"
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": object_meta(name, labels=labels)}
 
 

@@ -37,6 +37,16 @@ DEFAULT_VERSION = "v26.3.3"
 # What the operator's dcgm-exporter Service looks like (ClusterPolicy defaults).
 # Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-telemetry/latest/kube-prometheus.html
 DCGM_SERVICE_SELECTOR: Mapping[str, str] = {"app": "nvidia-dcgm-exporter"}
+# GPUCluster's dcgm-exporter (allocation dra) is a DaemonSet and Service of their own, labelled
+# app=nvidia-dcgm-exporter-dra, port gpu-metrics; it maps GPUs to pods through DRA
+# (KUBERNETES_ENABLE_DRA) and holds every GPU of its node with an admin-access claim
+# (nvidia-dcgm-exporter-admin, allocationMode All), which DRA allows only in a namespace
+# labelled DRA_ADMIN_NAMESPACE_LABEL.
+# Ref: NVIDIA/gpu-operator manifests/state-dcgm-exporter/0500_service.yaml (85c52f2),
+# 0400_resourceclaimtemplate.yaml (c5404e5); k8s.io/api@v0.37.2 resource/v1/types.go
+# (DRAAdminNamespaceLabelKey; DRAAdminAccess GA and locked on in v1.36).
+DCGM_DRA_SERVICE_SELECTOR: Mapping[str, str] = {"app": "nvidia-dcgm-exporter-dra"}
+DRA_ADMIN_NAMESPACE_LABEL = "resource.kubernetes.io/admin-access"
 DCGM_PORT_NAME = "gpu-metrics"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 ENV_NAME = Rule(
@@ -156,6 +166,9 @@ DRA_KUBERNETES = (1, 34, 2)
 # (each profile a device of mig.nvidia.com, chosen in the claim, so no MIG strategy applies).
 # vfio.gpu.nvidia.com needs the driver's alpha PassthroughSupport gate and is left out.
 GPU_DEVICE_CLASS = "gpu.nvidia.com"
+# The driver whose node-local ResourceSlices publish the GPUs (their spec.driver; the device
+# attributes `type` gpu|mig and `profile` are in its attribute domain).
+DRA_DRIVER = "gpu.nvidia.com"
 MIG_DEVICE_CLASS = "mig.nvidia.com"
 DRA_DEVICE_CLASSES = (GPU_DEVICE_CLASS, MIG_DEVICE_CLASS)
 # With DRAExtendedResource (beta and on by default in v1.36, GA in v1.37) a container may ask
@@ -171,6 +184,11 @@ def _version_triple(version: str) -> tuple[int, int, int] | None:
     """(major, minor, patch) of a version such as v1.37.2; None for anything else."""
     match = _KUBERNETES_VERSION.match(version)
     return None if match is None else (int(match[1]), int(match[2]), int(match[3]))
+
+
+def dcgm_service_selector(allocation: Allocation) -> Mapping[str, str]:
+    """The labels of the operator's dcgm-exporter Service with `allocation`."""
+    return DCGM_DRA_SERVICE_SELECTOR if allocation == "dra" else DCGM_SERVICE_SELECTOR
 
 
 def allocation_device_classes(allocation: Allocation) -> tuple[str, ...]:

@@ -42,6 +42,7 @@ from components.charts import helm_chart
 from components.cluster_access import ClusterAccess, ClusterLayer
 from components.gpu_operator.settings import DcgmTarget
 from components.gpu_resources import WHOLE_GPU, GpuResources
+from components.monitoring_stack.gpu_series import GpuAllocation
 from components.monitoring_stack.manifests import (
     GATE_ALERTS_RULE,
     dashboard_config_map,
@@ -77,6 +78,17 @@ class MonitoringStackArgs(MonitoringStackSettings):
     )
     """The GPU resources pods ask for (GpuOperatorSettings.gpu_resources()): what the alerts
     and the dashboard count as GPUs. Default: nvidia.com/gpu only."""
+    device_classes: Annotated[tuple[str, ...], Runtime()] = ()
+    """The DeviceClasses GPUs are claimed from (GpuOperatorSettings.device_classes()): none
+    with the device plugin; with allocation dra the dashboard and alerts count the DRA
+    driver's published and allocated devices instead of node allocatable (gpu_series), and
+    kube-state-metrics exports them."""
+
+    @property
+    def allocation(self) -> GpuAllocation:
+        """The allocation model the dashboard and alerts count GPUs by."""
+        return "dra" if self.device_classes else "device-plugin"
+
     opa_serving_cert_not_after: Annotated[pulumi.Output[str] | str | None, Runtime()] = None
     """When OPA's serving certificate expires (OpaGate.serving_cert_not_after, engine opa);
     None: no gate alerts."""
@@ -141,7 +153,7 @@ class MonitoringStack(ClusterLayer):
             name=RELEASE_NAME,
             **helm_chart("kube-prometheus-stack", args.repository, args.version),
             namespace=namespace,
-            values=grafana_secret.apply(lambda secret: stack_values(args, secret)),
+            values=grafana_secret.apply(lambda secret: stack_values(args, secret, args.allocation)),
             opts=self.children,
         )
         # The CRDs (ServiceMonitor, PrometheusRule) arrive with the release.
@@ -149,7 +161,9 @@ class MonitoringStack(ClusterLayer):
             self.children, pulumi.ResourceOptions(depends_on=[release])
         )
 
-        dashboard = gpu_dashboard(args.gpu_resources)
+        dashboard = gpu_dashboard(
+            args.gpu_resources, allocation=args.allocation, device_classes=args.device_classes
+        )
         config_map = dashboard_config_map(dashboard, namespace)
         dashboard_map = k8s.core.v1.ConfigMap(
             f"{name}-gpu-dashboard",
@@ -223,7 +237,13 @@ class MonitoringStack(ClusterLayer):
         dcgm_scraped = args.dcgm is not None
         rule = _custom_resource(
             f"{self.pulumi_resource_name}-gpu-alerts",
-            gpu_alerts_rule(args.gpu_resources, namespace, dcgm_scraped=dcgm_scraped),
+            gpu_alerts_rule(
+                args.gpu_resources,
+                namespace,
+                dcgm_scraped=dcgm_scraped,
+                allocation=args.allocation,
+                device_classes=args.device_classes,
+            ),
             opts,
         )
         if args.opa_serving_cert_not_after is not None:

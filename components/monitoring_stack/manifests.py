@@ -21,6 +21,8 @@ import yaml
 from components.gpu_operator.manifests import deep_merge
 from components.gpu_operator.settings import DcgmTarget
 from components.gpu_resources import GpuResources
+from components.monitoring_stack import gpu_series
+from components.monitoring_stack.gpu_series import GpuAllocation
 from components.monitoring_stack.settings import (
     KUBE_STATE_METRICS,
     LABELS_ALLOWLIST,
@@ -120,15 +122,30 @@ def load_dashboard(path: Path = DASHBOARD_FILE) -> dict[str, Any]:
     return dict(json.loads(path.read_text()))
 
 
-def gpu_dashboard(resources: GpuResources, path: Path = DASHBOARD_FILE) -> dict[str, Any]:
-    """The GPU dashboard as deployed: its hidden constant variable `gpu_resources` holds the
-    regex of `resources`, which the panels and the node variable select with."""
-    dashboard = load_dashboard(path)
+def gpu_dashboard(
+    resources: GpuResources,
+    path: Path = DASHBOARD_FILE,
+    *,
+    allocation: GpuAllocation = "device-plugin",
+    device_classes: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """The GPU dashboard as deployed: its `$gpus_<name>` placeholders filled in for
+    `allocation` (gpu_series.series, with the node variable's matcher), and its hidden constant
+    variable `gpu_resources` holding the regex of `resources`, which the panels and the node
+    variable select with."""
+    values = gpu_series.series(allocation, dashboard=True, device_classes=device_classes)
+    text = gpu_series.fill(path.read_text(), _json_strings(values), path.name)
+    dashboard = dict(json.loads(text))
     (variable,) = [
         v for v in dashboard["templating"]["list"] if v["name"] == DASHBOARD_RESOURCES_VARIABLE
     ]
     variable["query"] = gpu_resource_regex(resources)
     return dashboard
+
+
+def _json_strings(values: Mapping[str, str]) -> dict[str, str]:
+    """`values` as they are written inside a JSON string (quotes and backslashes escaped)."""
+    return {key: json.dumps(value)[1:-1] for key, value in values.items()}
 
 
 def load_rule_groups(path: Path = RULES_FILE) -> list[dict[str, Any]]:
@@ -137,11 +154,18 @@ def load_rule_groups(path: Path = RULES_FILE) -> list[dict[str, Any]]:
 
 
 def rule_groups(
-    resources: GpuResources, *, dcgm_scraped: bool = True, path: Path = RULES_FILE
+    resources: GpuResources,
+    *,
+    dcgm_scraped: bool = True,
+    allocation: GpuAllocation = "device-plugin",
+    device_classes: tuple[str, ...] = (),
+    path: Path = RULES_FILE,
 ) -> list[dict[str, Any]]:
-    """gpu.rules.yaml as deployed: $gpu_resources, $dcgm_job and $operands_disabled filled in,
-    and the group on missing dcgm-exporter data left out when nothing scrapes dcgm-exporter (it
-    would fire for good)."""
+    """gpu.rules.yaml as deployed: the `$gpus_<name>` placeholders of `allocation`
+    (gpu_series.series; in descriptions too), then $gpu_resources, $dcgm_job and
+    $operands_disabled filled in, and the group on missing dcgm-exporter data left out when
+    nothing scrapes dcgm-exporter (it would fire for good)."""
+    shared = gpu_series.series(allocation, dashboard=False, device_classes=device_classes)
     values = {
         GPU_RESOURCES_PLACEHOLDER: gpu_resource_regex(resources),
         DCGM_JOB_PLACEHOLDER: DCGM_JOB,
@@ -154,7 +178,10 @@ def rule_groups(
         if group["name"] == DCGM_ABSENCE_GROUP and not dcgm_scraped:
             continue
         for rule in group["rules"]:
-            expr = str(rule["expr"])
+            expr = gpu_series.fill(str(rule["expr"]), shared, path.name)
+            annotations = rule.get("annotations", {})
+            for key, text in annotations.items():
+                annotations[key] = gpu_series.fill(str(text), shared, path.name)
             for placeholder, value in values.items():
                 expr = expr.replace(placeholder, value)
             if _PLACEHOLDER.search(expr):
@@ -217,10 +244,16 @@ def dcgm_endpoint(port: str, interval: str) -> dict[str, Any]:
     }
 
 
-def stack_values(settings: MonitoringStackSettings, grafana_secret: str) -> dict[str, Any]:
+def stack_values(
+    settings: MonitoringStackSettings,
+    grafana_secret: str,
+    allocation: GpuAllocation = "device-plugin",
+) -> dict[str, Any]:
     """The chart values: CRD upgrades, selectors, Grafana admin Secret and sidecar, then
     `settings.values`, then the node label the GPU alerts read in kube-state-metrics'
-    allowlist (labels_allowlist: merged with the one in `settings.values`, not replaced)."""
+    allowlist (labels_allowlist: merged with the one in `settings.values`, not replaced), and
+    with allocation dra what kube-state-metrics must export of ResourceSlices and
+    ResourceClaims (dra_kube_state_metrics: added to the values' own)."""
     typed: dict[str, Any] = {
         # The chart's CRD hook Job (pre-install, pre-upgrade, pre-rollback) runs
         # `kubectl apply --server-side` on the new version's CRDs before Helm touches the
@@ -250,8 +283,36 @@ def stack_values(settings: MonitoringStackSettings, grafana_secret: str) -> dict
     kube_state_metrics[LABELS_ALLOWLIST] = labels_allowlist(
         list(kube_state_metrics.get(LABELS_ALLOWLIST) or [])
     )
+    if allocation == "dra":
+        kube_state_metrics = dra_kube_state_metrics(kube_state_metrics)
     values[KUBE_STATE_METRICS] = kube_state_metrics
     return values
+
+
+def dra_kube_state_metrics(chart: Mapping[str, Any]) -> dict[str, Any]:
+    """kube-state-metrics' chart values `chart` with the custom resource state configuration
+    of DRA (gpu_series.custom_resource_state) and the role's extra rules to read it
+    (gpu_series.rbac_rules), each appended to what `chart` already has, so a user's own custom
+    resources and rules stay. kube-state-metrics' discovery enables configured custom resources
+    by itself: `collectors` (--resources) stays as it is.
+    # Ref: https://github.com/prometheus-community/helm-charts/blob/main/charts/kube-state-metrics/templates/crs-configmap.yaml
+    # Ref: https://github.com/prometheus-community/helm-charts/blob/main/charts/kube-state-metrics/templates/deployment.yaml (--custom-resource-state-config-file)
+    # Ref: https://github.com/kubernetes/kube-state-metrics/blob/main/internal/discovery/discovery.go (PollForCacheUpdates)
+    """
+    merged = dict(chart)
+    crs = dict(merged.get("customResourceState") or {})
+    config = dict(crs.get("config") or {})
+    ours = gpu_series.custom_resource_state()
+    spec = dict(config.get("spec") or {})
+    spec["resources"] = list(spec.get("resources") or []) + ours["spec"]["resources"]
+    config.setdefault("kind", ours["kind"])
+    config["spec"] = spec
+    crs.update({"enabled": True, "config": config})
+    merged["customResourceState"] = crs
+    rbac = dict(merged.get("rbac") or {})
+    rbac["extraRules"] = list(rbac.get("extraRules") or []) + gpu_series.rbac_rules()
+    merged["rbac"] = rbac
+    return merged
 
 
 def monitoring_namespace(name: str) -> dict[str, Any]:
@@ -296,12 +357,21 @@ def prometheus_rule(name: str, namespace: object, groups: object) -> dict[str, A
 
 
 def gpu_alerts_rule(
-    resources: GpuResources, namespace: object, *, dcgm_scraped: bool
+    resources: GpuResources,
+    namespace: object,
+    *,
+    dcgm_scraped: bool,
+    allocation: GpuAllocation = "device-plugin",
+    device_classes: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The PrometheusRule gpu-alerts: gpu.rules.yaml as deployed (rule_groups)."""
-    return prometheus_rule(
-        GPU_ALERTS_RULE, namespace, rule_groups(resources, dcgm_scraped=dcgm_scraped)
+    groups = rule_groups(
+        resources,
+        dcgm_scraped=dcgm_scraped,
+        allocation=allocation,
+        device_classes=device_classes,
     )
+    return prometheus_rule(GPU_ALERTS_RULE, namespace, groups)
 
 
 def dcgm_service_monitor(namespace: object, target: DcgmTarget, interval: str) -> dict[str, Any]:

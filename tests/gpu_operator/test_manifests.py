@@ -16,9 +16,12 @@ from components.gpu_operator.manifests import (
     time_slicing_config_map,
 )
 from components.gpu_operator.settings import (
+    DCGM_DRA_SERVICE_SELECTOR,
+    DCGM_SERVICE_SELECTOR,
     ENVVAR_WHEN_UNPRIVILEGED,
     GpuOperatorSettings,
     TimeSlicing,
+    dcgm_service_selector,
 )
 
 TOLERATION = {
@@ -67,6 +70,22 @@ def test_operator_namespace_is_privileged_and_the_stacks() -> None:
             },
         },
     }
+
+
+def test_operator_namespace_with_dra_allows_admin_access_claims() -> None:
+    """dcgm-exporter's claim on every GPU of its node is an admin-access claim, allowed only
+    in a namespace with the admin-access label; nothing else changes."""
+    plain = operator_namespace("gpu-operator")
+    dra = operator_namespace("gpu-operator", "dra")
+    labels = dra["metadata"].pop("labels")
+    assert labels.pop("resource.kubernetes.io/admin-access") == "true"
+    assert {**dra, "metadata": {**dra["metadata"], "labels": labels}} == plain
+    assert operator_namespace("gpu-operator", "device-plugin") == plain
+
+
+def test_dcgm_exporter_service_of_each_allocation() -> None:
+    assert dcgm_service_selector("device-plugin") == DCGM_SERVICE_SELECTOR
+    assert dcgm_service_selector("dra") == DCGM_DRA_SERVICE_SELECTOR != DCGM_SERVICE_SELECTOR
 
 
 @pytest.mark.parametrize(

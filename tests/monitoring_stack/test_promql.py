@@ -120,6 +120,25 @@ def rule_expressions() -> list[str]:
     return [rule["expr"] for group in rule_groups(TEST_RESOURCES) for rule in group["rules"]]
 
 
+# allocation dra: the DeviceClasses GPUCluster installs, claimed or asked for by name.
+DRA_CLASSES = ("gpu.nvidia.com", "mig.nvidia.com")
+DRA_RESOURCES = GpuResources(
+    names=tuple(f"deviceclass.resource.kubernetes.io/{c}" for c in DRA_CLASSES), prefixes=()
+)
+
+
+def every_mode_expressions() -> list[str]:
+    """The dashboard's and the rules' expressions in both allocation models."""
+    groups = rule_groups(DRA_RESOURCES, allocation="dra", device_classes=DRA_CLASSES)
+    dashboard = gpu_dashboard(DRA_RESOURCES, allocation="dra", device_classes=DRA_CLASSES)
+    return (
+        dashboard_expressions(gpu_dashboard(TEST_RESOURCES))
+        + rule_expressions()
+        + dashboard_expressions(dashboard)
+        + [rule["expr"] for group in groups for rule in group["rules"]]
+    )
+
+
 def _rendered_rules(tmp_path: Path, rules_text: str | None = None) -> Path:
     """The rules as the stack deploys them (TEST_RESOURCES) beside a copy of their promtool
     tests; `rules_text` stands in for gpu.rules.yaml. Returns the tests' path."""
@@ -246,9 +265,7 @@ def test_promql_parser_reports_selected_metrics(promql_metrics: Path) -> None:
 
 def test_promql_dashboard_and_rules_use_only_known_metrics(promql_metrics: Path) -> None:
     known = _fixture_metrics()
-    results = _parse(
-        promql_metrics, dashboard_expressions(gpu_dashboard(TEST_RESOURCES)) + rule_expressions()
-    )
+    results = _parse(promql_metrics, every_mode_expressions())
     unknown = {(m, r["expr"]) for r in results for m in r["metrics"] if m not in known}
     assert unknown == set()
 
@@ -256,9 +273,7 @@ def test_promql_dashboard_and_rules_use_only_known_metrics(promql_metrics: Path)
 def test_promql_metrics_fixture_lists_only_used_metrics_with_a_source(
     promql_metrics: Path,
 ) -> None:
-    results = _parse(
-        promql_metrics, dashboard_expressions(gpu_dashboard(TEST_RESOURCES)) + rule_expressions()
-    )
+    results = _parse(promql_metrics, every_mode_expressions())
     used = {m for r in results for m in r["metrics"]}
     known = _fixture_metrics()
     assert set(known) == used
@@ -266,6 +281,7 @@ def test_promql_metrics_fixture_lists_only_used_metrics_with_a_source(
     assert {entry["source"] for entry in known.values()} == {
         "dcgm-exporter",
         "kube-state-metrics",
+        "kube-state-metrics custom resource state",
         "prometheus",
     }
 

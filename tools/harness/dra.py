@@ -20,10 +20,10 @@ from typing import Any
 from kubernetes import dynamic
 from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
 
-from components.gpu_operator.settings import GPU_DEVICE_CLASS, MIG_DEVICE_CLASS
+from components.gpu_operator.settings import DRA_DRIVER, GPU_DEVICE_CLASS, MIG_DEVICE_CLASS
 from tools.harness.fake_nodes import FakeNode, gpu_node
 
-DRIVER = "gpu.nvidia.com"
+DRIVER = DRA_DRIVER
 """The driver name of NVIDIA's DRA driver (its ResourceSlices' spec.driver)."""
 RESOURCE_API = "resource.k8s.io/v1"
 STAND_IN_LABEL = {"app.kubernetes.io/managed-by": "dra-driver-stand-in"}
