@@ -7,7 +7,8 @@
 #   kube-controller-manager  k8s.io/kubernetes/cmd/kube-controller-manager  v1.37.2  (tools/go/kubernetes)
 #   kube-scheduler           k8s.io/kubernetes/cmd/kube-scheduler           v1.37.2  (tools/go/kubernetes)
 #   kubeadm                  k8s.io/kubernetes/cmd/kubeadm                  v1.37.2  (tools/go/kubernetes)
-#   gpu-binpack-scheduler    kube-scheduler v1.37.2 with the GpuFragmentation score plugin
+#   gpu-binpack-scheduler    kube-scheduler v1.37.2 with the GpuFragmentation and
+#                            GpuClaimBinpack score plugins
 #                            (scheduler/, the stack's own module, not a wrapper: its unit tests
 #                            run with `make test`)
 #   kwok                     sigs.k8s.io/kwok/cmd/kwok                      v0.8.0   (tools/go/kwok;

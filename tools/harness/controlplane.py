@@ -361,7 +361,8 @@ class LocalControlPlane(Lifecycle):
         """Start kube-scheduler against this API server and wait for ``/healthz``.
 
         ``binary`` is the tool to run: kube-scheduler, or gpu-binpack-scheduler
-        (kube-scheduler with the GpuFragmentation plugin, from scheduler/).
+        (kube-scheduler with the GpuFragmentation and GpuClaimBinpack plugins, from
+        scheduler/).
 
         ``config_yaml`` is a ``KubeSchedulerConfiguration`` document (empty: the
         default profile; see :func:`.scheduler.scheduler_config`). With ``wait_ready``
