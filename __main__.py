@@ -148,6 +148,7 @@ gate = OpaGate(
             config.admission.external_gpu_operator_namespace
         ),
         gang_pods=config.scheduler.gang_scheduling,
+        device_classes=config.gpu_operator.device_classes(),
     ),
 )
 

@@ -48,6 +48,7 @@ from components.opa_gate.settings import (
     ROUTING_ENGINE,
     ROUTING_MIN_MINOR,
     OpaGateSettings,
+    claim_lookup_problem,
     operator_conflict_problem,
     pool_resources,
     pool_toleration_problem,
@@ -387,9 +388,13 @@ class StackConfig(Settings):
 
     @model_validator(mode="after")
     def _gate_fits_the_stack(self) -> Self:
-        """Every GPU pod the gate keeps on the binpack scheduler tolerates the pool's taint, and
-        an operator outside the stack is named only where the stack installs none."""
-        for found in (pool_toleration_of(self), operator_conflict_of(self)):
+        """Every GPU pod the gate keeps on the binpack scheduler tolerates the pool's taint, an
+        operator outside the stack is named only where the stack installs none, and with DRA
+        the engine can look up what a pod's claims name."""
+        claims = claim_lookup_problem(
+            engine=self.admission.engine, device_classes=self.gpu_operator.device_classes()
+        )
+        for found in (pool_toleration_of(self), operator_conflict_of(self), claims):
             if found is not None:
                 raise problem(found.allowed, key=found.key, value=found.value)
         return self

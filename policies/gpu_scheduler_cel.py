@@ -4,7 +4,9 @@ The rules are written once, in policies/gpu_scheduler.cel.yaml, and read the gat
 configuration from the parameter document (`params`); nothing here writes configuration into
 CEL, except for the webhook, which has neither params nor variables: webhook_conditions()
 inlines the variables and puts the parameter document in place of `params`, once, from the
-same text. components/opa_gate/manifests.py wraps these pieces into the objects.
+same text. The claim policies of DRA mode (claim_variables() and the rest) have a template or
+claim as `params`, so the parameter document is written into them as their `config` variable.
+components/opa_gate/manifests.py wraps these pieces into the objects.
 """
 
 from __future__ import annotations
@@ -41,27 +43,118 @@ def _load() -> dict[str, Any]:
     return loaded
 
 
-def variables() -> list[dict[str, str]]:
-    """The variables both policies declare (each may use the ones before it)."""
-    return [dict(v) for v in _load()["variables"]]
+def variables(*, claims_looked_up: bool = False) -> list[dict[str, str]]:
+    """The variables both policies declare (each may use the ones before it). With
+    `claims_looked_up` (DRA mode) gpuNames leaves resource claims to the claim policies."""
+    declared = [dict(v) for v in _load()["variables"]]
+    if claims_looked_up:
+        return _replaced(declared, "gpuNames", _load()["claims"]["podGpuNames"])
+    return declared
+
+
+# A validation's keys in the API; the file's own marks (`claims`) are not rendered.
+_VALIDATION_FIELDS = ("expression", "messageExpression", "message", "reason")
 
 
 def validations() -> list[dict[str, str]]:
     """The ValidatingAdmissionPolicy's validations, in the order the API server tries them."""
-    return [dict(v) for v in _load()["validations"]]
+    return [{k: v[k] for k in v if k in _VALIDATION_FIELDS} for v in _load()["validations"]]
 
 
-def routing_variables() -> list[dict[str, str]]:
+def routing_variables(*, claims_looked_up: bool = False) -> list[dict[str, str]]:
     """The MutatingAdmissionPolicy's variables: variables() and its own."""
-    return variables() + [dict(v) for v in _load()["routing"]["variables"]]
+    return variables(claims_looked_up=claims_looked_up) + _routing_own()
 
 
-def routing_conditions() -> list[dict[str, str]]:
+def routing_conditions(*, claims_looked_up: bool = False) -> list[dict[str, str]]:
     """The MutatingAdmissionPolicy's match conditions, the variables inlined: the API server
     refuses a policy whose match conditions name variables (they may read `params`)."""
+    declared = routing_variables(claims_looked_up=claims_looked_up)
     return [
-        {"name": c["name"], "expression": inline(c["expression"], routing_variables())}
+        {"name": c["name"], "expression": inline(c["expression"], declared)}
         for c in _load()["routing"]["matchConditions"]
+    ]
+
+
+def _routing_own() -> list[dict[str, str]]:
+    return [dict(v) for v in _load()["routing"]["variables"]]
+
+
+def _replaced(declared: list[dict[str, str]], name: str, expression: str) -> list[dict[str, str]]:
+    """`declared` with the variable `name`'s expression replaced by `expression`."""
+    if name not in {v["name"] for v in declared}:
+        raise ValueError(f"CEL variable {name} is not declared")
+    return [{**v, "expression": expression} if v["name"] == name else v for v in declared]
+
+
+# --------------------------------------------------------------------------- claim policies
+
+CLAIM_KINDS: tuple[str, ...] = ("ResourceClaimTemplate", "ResourceClaim")
+"""The kinds (resource.k8s.io/v1) a pod's resource claims name, each judged by a policy pair."""
+
+
+def _claim_kind(kind: str) -> dict[str, str]:
+    kinds: dict[str, dict[str, str]] = _load()["claims"]["kinds"]
+    if kind not in kinds:
+        raise ValueError(f"claim kind {kind!r} is not one of {sorted(kinds)}")
+    return kinds[kind]
+
+
+def claim_variables(kind: str, params: Mapping[str, str]) -> list[dict[str, str]]:
+    """The variables of the claim policy for `kind` (CLAIM_KINDS): `config` is the parameter
+    document `params` written in (the policy's own `params` is the looked-up object), the
+    claim variables come before gpuNames, and gpuNames is the pod's claims naming a GPU
+    object of `kind`."""
+    claims, fields = _load()["claims"], _claim_kind(kind)
+
+    def filled(text: str) -> str:
+        return text.replace("$reference", fields["reference"]).replace(
+            "$claimSpec", fields["claimSpec"]
+        )
+
+    declared: list[dict[str, str]] = []
+    for variable in variables():
+        if variable["name"] == "config":
+            declared.append({"name": "config", "expression": literal(params)})
+            continue
+        if variable["name"] == "gpuNames":
+            declared.extend(
+                {"name": v["name"], "expression": filled(v["expression"])}
+                for v in claims["variables"]
+            )
+            variable = {"name": "gpuNames", "expression": claims["gpuNames"]}
+        declared.append(variable)
+    return declared
+
+
+def claim_validations() -> list[dict[str, str]]:
+    """The validations of a GPU pod (marked `claims: true`), which the claim policies run."""
+    marked = [i for i, v in enumerate(_load()["validations"]) if v.get("claims")]
+    every = validations()
+    return [every[i] for i in marked]
+
+
+def claim_conditions(kind: str, params: Mapping[str, str]) -> list[dict[str, str]]:
+    """The claim ValidatingAdmissionPolicy's match conditions, the variables inlined."""
+    declared = claim_variables(kind, params)
+    return [
+        {"name": c["name"], "expression": inline(c["expression"], declared)}
+        for c in _load()["claims"]["matchConditions"]
+    ]
+
+
+def claim_routing_variables(kind: str, params: Mapping[str, str]) -> list[dict[str, str]]:
+    """The claim MutatingAdmissionPolicy's variables: claim_variables() and routing's own."""
+    return claim_variables(kind, params) + _routing_own()
+
+
+def claim_routing_conditions(kind: str, params: Mapping[str, str]) -> list[dict[str, str]]:
+    """The claim MutatingAdmissionPolicy's match conditions, the variables inlined: the pod
+    names this object, which selects a GPU class, and is routed as a GPU pod is."""
+    declared = claim_routing_variables(kind, params)
+    return [
+        {"name": c["name"], "expression": inline(c["expression"], declared)}
+        for c in [*_load()["claims"]["matchConditions"], *_load()["claims"]["routingConditions"]]
     ]
 
 

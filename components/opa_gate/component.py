@@ -45,6 +45,11 @@ admits tolerates the GPU pool's taint, or the stack config is refused
 The native policies are static (policies/gpu_scheduler.cel.yaml) and read the gate data from
 their parameter, a ConfigMap in the gate's namespace (`params`); OPA reads the same document
 as data.gpu_cluster.config.
+DRA mode (device_classes, gpuOperator.allocation dra): a resource claim is a GPU request only
+when the ResourceClaimTemplate or ResourceClaim it names selects a GPU DeviceClass. The native
+engines add a policy pair per kind whose parameters are those objects in the pod's namespace
+(the API server looks them up; the gate data is written into them); the stack config refuses
+`opa` with DRA, as OPA cannot see them (policies/README.md, "DRA claims").
 
 This module turns the objects of components/opa_gate/manifests.py into resources and wires
 them (the settings are components/opa_gate/settings.py); the TLS material, Pulumi state, is
@@ -54,16 +59,17 @@ made here.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_tls as tls
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from components.cluster_access import ClusterAccess, ClusterLayer
 from components.gpu_operator.settings import OperatorPods
 from components.opa_gate.manifests import (
+    CLAIM_KINDS,
     GATE_CONFIG_FILE,
     GATE_CONFIGMAP,
     GATE_PARAMS_CONFIGMAP,
@@ -73,6 +79,11 @@ from components.opa_gate.manifests import (
     OPA_SERVING_SECRET,
     admission_policy_binding_spec,
     admission_policy_spec,
+    claim_binding_spec,
+    claim_policy_name,
+    claim_policy_spec,
+    claim_routing_binding_spec,
+    claim_routing_policy_spec,
     gate_config_json,
     gate_data,
     gate_metadata,
@@ -93,9 +104,10 @@ from components.opa_gate.settings import (
     GATE_NAME,
     ROUTING_ENGINE,
     OpaGateSettings,
+    claim_lookup_problem,
     load_policies,
 )
-from components.settings import PROJECT, Runtime
+from components.settings import PROJECT, Runtime, problem
 
 TOKEN = f"{PROJECT}:index:OpaGate"
 
@@ -129,12 +141,25 @@ class OpaGateArgs(OpaGateSettings):
     gang_pods: Annotated[bool, Runtime()] = False
     """Whether the stack's scheduler places gangs (scheduler.gangScheduling): every pod of a
     PodGroup is then kept on it, GPU or not."""
+    device_classes: Annotated[Sequence[str], Runtime()] = ()
+    """The DeviceClasses whose resource claims are GPU requests (GpuOperator's
+    device_classes(), DRA mode): a pod's claim counts only when the ResourceClaimTemplate or
+    ResourceClaim it names selects one of them, looked up by the claim policies of the native
+    engines. Empty (device-plugin mode): every claim counts."""
     namespace: Annotated[str, Runtime()] = DEFAULT_GATE_NAMESPACE
     """The gate's own namespace (created, and excluded from the gate)."""
     opa_image: Annotated[str, Runtime()] = "openpolicyagent/opa:1.22.2"
     """OPA 1.x image."""
     policies: Annotated[Mapping[str, str], Runtime()] = Field(default_factory=load_policies)
     """{name: Rego source}; defaults to policies/*.rego without tests."""
+
+    @model_validator(mode="after")
+    def _engine_can_look_up_claims(self) -> Self:
+        """With device_classes (DRA) the engine must look up what a pod's claims name."""
+        found = claim_lookup_problem(engine=self.engine, device_classes=self.device_classes)
+        if found is not None:
+            raise problem(found.allowed, key=found.key, value=found.value)
+        return self
 
 
 class OpaGate(ClusterLayer):
@@ -174,6 +199,8 @@ class OpaGate(ClusterLayer):
             policy_name = self._native(params)
             if args.engine == ROUTING_ENGINE:
                 self._routing(params)
+            for kind in CLAIM_KINDS if args.device_classes else ():
+                self._claims(kind, config)
 
         self.engine = pulumi.Output.from_input(args.engine)
         self.namespace = namespace.metadata.apply(lambda _: args.namespace)
@@ -203,6 +230,7 @@ class OpaGate(ClusterLayer):
                 operator_pods=args.operator_pods,
                 pool_toleration=v[2],
                 gang_pods=args.gang_pods,
+                device_classes=args.device_classes,
             )
         )
 
@@ -382,7 +410,9 @@ class OpaGate(ClusterLayer):
             f"{name}-policy",
             metadata=gate_metadata(GATE_NAME),
             spec=admission_policy_spec(
-                failure_policy=args.failure_policy, gate_namespace=args.namespace
+                failure_policy=args.failure_policy,
+                gate_namespace=args.namespace,
+                claims_looked_up=bool(args.device_classes),
             ),
             opts=self._after_exclusions,
         )
@@ -410,7 +440,9 @@ class OpaGate(ClusterLayer):
             kind="MutatingAdmissionPolicy",
             metadata=gate_metadata(GATE_NAME),
             spec=routing_policy_spec(
-                failure_policy=args.failure_policy, gate_namespace=args.namespace
+                failure_policy=args.failure_policy,
+                gate_namespace=args.namespace,
+                claims_looked_up=bool(args.device_classes),
             ),
             opts=self._after_exclusions,
         )
@@ -423,6 +455,54 @@ class OpaGate(ClusterLayer):
                 policy.metadata.apply(lambda m: m["name"]),
                 gate_namespace=args.namespace,
                 params_name=params.metadata.name,
+            ),
+            opts=self.children,
+        )
+
+    def _claims(self, kind: str, config: pulumi.Output[dict[str, Any]]) -> None:
+        """DRA mode: the claim policies for `kind`, which judge a pod's claims by the object
+        they name (each object of the kind in the pod's namespace a parameter, read by the API
+        server itself: no RBAC of the stack's). The parameter document is written in, so a
+        change of it updates these policies."""
+        name, args = self.pulumi_resource_name, self._args
+        child = f"{name}-{kind.lower()}s"
+        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{child}-policy",
+            metadata=gate_metadata(claim_policy_name(kind)),
+            spec=config.apply(
+                lambda c: claim_policy_spec(
+                    kind, c, args.failure_policy, gate_namespace=args.namespace
+                )
+            ),
+            opts=self._after_exclusions,
+        )
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{child}-binding",
+            metadata=gate_metadata(claim_policy_name(kind)),
+            spec=claim_binding_spec(policy.metadata.name, gate_namespace=args.namespace),
+            opts=self.children,
+        )
+        if args.engine != ROUTING_ENGINE:
+            return
+        routing = k8s.apiextensions.CustomResource(
+            f"{child}-routing",
+            api_version="admissionregistration.k8s.io/v1",
+            kind="MutatingAdmissionPolicy",
+            metadata=gate_metadata(claim_policy_name(kind)),
+            spec=config.apply(
+                lambda c: claim_routing_policy_spec(
+                    kind, c, args.failure_policy, gate_namespace=args.namespace
+                )
+            ),
+            opts=self._after_exclusions,
+        )
+        k8s.apiextensions.CustomResource(
+            f"{child}-routing-binding",
+            api_version="admissionregistration.k8s.io/v1",
+            kind="MutatingAdmissionPolicyBinding",
+            metadata=gate_metadata(claim_policy_name(kind)),
+            spec=claim_routing_binding_spec(
+                routing.metadata.apply(lambda m: m["name"]), gate_namespace=args.namespace
             ),
             opts=self.children,
         )

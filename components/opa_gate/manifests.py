@@ -72,6 +72,13 @@ LIST_SEPARATOR = ","
 # expression fail on a type.
 # Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/generic/policy_source.go
 PARAM_KIND = {"apiVersion": "v1", "kind": "ConfigMap"}
+# The parameter document's key for the DeviceClasses whose claims are GPU requests (DRA mode).
+DEVICE_CLASSES_KEY = "gpu_device_classes"
+# What a pod's resource claims name, resource.k8s.io/v1 (GA since Kubernetes 1.34): the param
+# kind of each claim policy pair. Built in, like ConfigMap, so always mapped.
+# Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/dynamic-resource-allocation/
+CLAIM_API_VERSION = "resource.k8s.io/v1"
+CLAIM_KINDS = cel.CLAIM_KINDS
 
 
 # --------------------------------------------------------------------------- gate data
@@ -85,6 +92,7 @@ def gate_data(
     operator_pods: OperatorPods | None = None,
     pool_toleration: Mapping[str, str] | None = None,
     gang_pods: bool = False,
+    device_classes: Sequence[str] = (),
 ) -> dict[str, str]:
     """The gate's one parameter document (policies/README.md, "Data contract"): string keys
     and values, the data of the params ConfigMap the native policies read as `params`, and the
@@ -95,6 +103,9 @@ def gate_data(
     (TaintedGpuPool's, which names the pool's taint exactly) makes the pods that tolerate the
     pool's taint `pool_pods`, kept on the scheduler like GPU pods; none when None.
     `gang_pods` (the stack's scheduler places gangs) keeps every pod of a PodGroup on it too.
+    `device_classes` (DRA mode: GpuOperatorSettings.device_classes()) are the DeviceClasses
+    whose resource claims are GPU requests, judged by the claim policies
+    (claim_policy_spec()); without them every claim counts as a GPU request.
     """
     data = {
         "scheduler_name": scheduler_name,
@@ -113,7 +124,15 @@ def gate_data(
         data["pool_pods.daemonset_controllers"] = LIST_SEPARATOR.join(sorted(DAEMONSET_CONTROLLERS))
     if gang_pods:  # only when on: a stack without gangs keeps its document as it was
         data["gang_pods"] = "true"
+    if device_classes:  # DRA mode only: a device-plugin stack keeps its document as it was
+        data[DEVICE_CLASSES_KEY] = LIST_SEPARATOR.join(sorted(set(device_classes)))
     return data
+
+
+def claims_looked_up(params: Mapping[str, str]) -> bool:
+    """Whether the parameter document is DRA mode's: resource claims are GPU requests only
+    when what they name selects one of its device classes (the claim policies judge them)."""
+    return bool(params.get(DEVICE_CLASSES_KEY))
 
 
 def gate_list(params: Mapping[str, str], key: str) -> list[str]:
@@ -234,19 +253,21 @@ def admission_policy_spec(
     failure_policy: FailurePolicy = "Fail",
     *,
     gate_namespace: str = DEFAULT_GATE_NAMESPACE,
+    claims_looked_up: bool = False,
 ) -> dict[str, Any]:
     """The ValidatingAdmissionPolicy: policies/gpu_scheduler.rego's rules and messages in CEL
     (policies/gpu_scheduler.cel.yaml), reading the gate's configuration from its parameter
     (PARAM_KIND, bound by param_ref()).
 
-    The spec is the same whatever the configuration, which is its parameter.
+    The spec is the same whatever the configuration, which is its parameter, except in DRA
+    mode (`claims_looked_up`), where resource claims are left to claim_policy_spec().
     Ref: https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/
     """
     return {
         "failurePolicy": failure_policy,
         "paramKind": dict(PARAM_KIND),
         "matchConstraints": policy_match_constraints(gate_namespace),
-        "variables": cel.variables(),
+        "variables": cel.variables(claims_looked_up=claims_looked_up),
         "validations": cel.validations(),
     }
 
@@ -271,6 +292,7 @@ def routing_policy_spec(
     failure_policy: FailurePolicy = "Fail",
     *,
     gate_namespace: str = DEFAULT_GATE_NAMESPACE,
+    claims_looked_up: bool = False,
 ) -> dict[str, Any]:
     """The MutatingAdmissionPolicy that routes GPU pods and pool pods to the stack's scheduler
     (policies/gpu_scheduler.cel.yaml, `routing`), reading the configuration from its parameter.
@@ -282,7 +304,8 @@ def routing_policy_spec(
     taint. A pod with another scheduler is left as it is (the ValidatingAdmissionPolicy
     refuses it), and so is a pod created bound to a node. With a malformed parameter nothing
     is routed (the ValidatingAdmissionPolicy refuses GPU pods).
-    The spec is the same whatever the configuration, which is its parameter.
+    The spec is the same whatever the configuration, which is its parameter, except in DRA
+    mode (`claims_looked_up`), where resource claims are left to claim_routing_policy_spec().
     Ref: https://kubernetes.io/docs/reference/access-authn-authz/mutating-admission-policy/
     """
     return {
@@ -291,8 +314,8 @@ def routing_policy_spec(
         "reinvocationPolicy": "IfNeeded",
         # Pod creations only: nothing routes a running pod.
         "matchConstraints": policy_match_constraints(gate_namespace, [pod_create_rule()]),
-        "matchConditions": cel.routing_conditions(),
-        "variables": cel.routing_variables(),
+        "matchConditions": cel.routing_conditions(claims_looked_up=claims_looked_up),
+        "variables": cel.routing_variables(claims_looked_up=claims_looked_up),
         "mutations": [
             {"patchType": "JSONPatch", "jsonPatch": {"expression": e}}
             for e in cel.routing_mutations()
@@ -311,6 +334,108 @@ def routing_binding_spec(
     return {
         "policyName": policy_name,
         "paramRef": param_ref(gate_namespace, params_name),
+        "matchResources": {"namespaceSelector": namespace_selector(gate_namespace)},
+    }
+
+
+# --------------------------------------------------------------------------- native: claims
+
+
+def claim_policy_name(kind: str) -> str:
+    """Name of the claim policies for `kind` (cel.CLAIM_KINDS) and of their bindings."""
+    return f"{GATE_NAME}-{kind.lower()}s"
+
+
+def claim_param_kind(kind: str) -> dict[str, str]:
+    """The claim policies' paramKind: the looked-up `kind` of resource.k8s.io/v1."""
+    if kind not in cel.CLAIM_KINDS:
+        raise ValueError(f"claim kind {kind!r} is not one of {list(cel.CLAIM_KINDS)}")
+    return {"apiVersion": CLAIM_API_VERSION, "kind": kind}
+
+
+def claim_param_ref() -> dict[str, Any]:
+    """A claim binding's paramRef: every object of the policy's kind in the pod's own namespace
+    (no namespace: the request's; an empty selector selects all), so the API server evaluates
+    the policy once per object, from its informer's cache.
+
+    None of them (a namespace without templates or claims) skips the binding (`Allow`): with
+    `Deny` every pod of such a namespace, CPU pods included, would be refused. A pod that names
+    an object the cache does not hold yet (created before its template or claim, or within the
+    moment the cache takes to see a new one) is therefore judged without that claim, as a pod
+    that does not ask for it (policies/README.md, "DRA claims").
+    Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/generic/policy_dispatcher.go
+    """
+    return {"selector": {}, "parameterNotFoundAction": "Allow"}
+
+
+def claim_policy_spec(
+    kind: str,
+    params: Mapping[str, str],
+    failure_policy: FailurePolicy = "Fail",
+    *,
+    gate_namespace: str = DEFAULT_GATE_NAMESPACE,
+) -> dict[str, Any]:
+    """The ValidatingAdmissionPolicy that refuses a pod off the scheduler whose resource claim
+    names a `kind` object selecting a GPU DeviceClass (DRA mode): the GPU pod validations of
+    policies/gpu_scheduler.cel.yaml, once per object the pod names.
+
+    Its `params` is that object, so the parameter document `params` (gate_data(), with its
+    device classes) is written into the policy: the spec changes with the configuration.
+    """
+    return {
+        "failurePolicy": failure_policy,
+        "paramKind": claim_param_kind(kind),
+        "matchConstraints": policy_match_constraints(gate_namespace, [pod_create_rule()]),
+        "matchConditions": cel.claim_conditions(kind, params),
+        "variables": cel.claim_variables(kind, params),
+        "validations": cel.claim_validations(),
+    }
+
+
+def claim_routing_policy_spec(
+    kind: str,
+    params: Mapping[str, str],
+    failure_policy: FailurePolicy = "Fail",
+    *,
+    gate_namespace: str = DEFAULT_GATE_NAMESPACE,
+) -> dict[str, Any]:
+    """The MutatingAdmissionPolicy that routes a pod whose resource claim names a `kind`
+    object selecting a GPU DeviceClass, as routing_policy_spec() routes a GPU pod (scheduler,
+    pool toleration); the parameter document `params` written in, as in claim_policy_spec()."""
+    return {
+        "failurePolicy": failure_policy,
+        "paramKind": claim_param_kind(kind),
+        "reinvocationPolicy": "IfNeeded",
+        "matchConstraints": policy_match_constraints(gate_namespace, [pod_create_rule()]),
+        "matchConditions": cel.claim_routing_conditions(kind, params),
+        "variables": cel.claim_routing_variables(kind, params),
+        "mutations": [
+            {"patchType": "JSONPatch", "jsonPatch": {"expression": e}}
+            for e in cel.routing_mutations()
+        ],
+    }
+
+
+def claim_binding_spec(
+    policy_name: Any, *, gate_namespace: str = DEFAULT_GATE_NAMESPACE
+) -> dict[str, Any]:
+    """A claim ValidatingAdmissionPolicyBinding: enforce everywhere but in
+    excluded_namespaces(), each object of the kind in the pod's namespace a parameter."""
+    return {
+        "policyName": policy_name,
+        "paramRef": claim_param_ref(),
+        "validationActions": ["Deny"],
+        "matchResources": {"namespaceSelector": namespace_selector(gate_namespace)},
+    }
+
+
+def claim_routing_binding_spec(
+    policy_name: Any, *, gate_namespace: str = DEFAULT_GATE_NAMESPACE
+) -> dict[str, Any]:
+    """A claim MutatingAdmissionPolicyBinding, as claim_binding_spec()."""
+    return {
+        "policyName": policy_name,
+        "paramRef": claim_param_ref(),
         "matchResources": {"namespaceSelector": namespace_selector(gate_namespace)},
     }
 

@@ -132,6 +132,31 @@ def operator_conflict_problem(
     return None
 
 
+# --------------------------------------------------------------------------- DRA claims
+
+
+def claim_lookup_problem(*, engine: str, device_classes: Collection[str]) -> Problem | None:
+    """The engine against how GPUs reach pods (gpuOperator.allocation): with DRA, a pod's
+    resource claim is a GPU request only when the ResourceClaimTemplate or ResourceClaim it
+    names selects a GPU DeviceClass (`device_classes`), which admission must look up. The
+    native engines do (a claim policy per kind, its objects as parameters); OPA sees only the
+    AdmissionReview, and nothing the stack can run gives it the cluster's claims (no
+    replication of objects into OPA's data is available to the stack), so it would count every
+    claim, a NIC's too, as a GPU. None when consistent."""
+    if engine != "opa" or not device_classes:
+        return None
+    natives = [e for e in ADMISSION_ENGINES if e != "opa"]
+    return Problem(
+        f"{SECTION}.engine",
+        engine,
+        "cannot tell GPU resource claims from others with gpuOperator.allocation dra: a claim "
+        f"is a GPU request only when the ResourceClaimTemplate or ResourceClaim it names "
+        f"selects one of the DeviceClasses {', '.join(sorted(device_classes))}, and OPA sees "
+        f"only the pod, not those objects; allowed with dra: {' or '.join(natives)} (they "
+        "look the objects up), or gpuOperator.allocation device-plugin to keep opa",
+    )
+
+
 # --------------------------------------------------------------------------- the pool's taint
 
 # The API server's admission plugin that gives a pod one toleration per extended resource its

@@ -9,6 +9,10 @@ from typing import Any, Literal
 
 import yaml
 
+from components.gpu_operator.settings import (
+    DEVICE_CLASS_RESOURCE_PREFIX,
+    allocation_device_classes,
+)
 from components.gpu_resources import gated_names, gated_prefixes
 
 SAMPLES_FILE = Path(__file__).resolve().parents[2] / "policies" / "samples.yaml"
@@ -114,6 +118,110 @@ class Sample:
         return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
+# The API group and version of what a pod's resource claims name.
+RESOURCE_API = "resource.k8s.io/v1"
+CLAIM_KINDS = ("ResourceClaimTemplate", "ResourceClaim")
+# The engines that judge DRA claims (the stack config refuses opa with DRA).
+DRA_ENGINES = ("validating-admission-policy", ROUTING_ENGINE)
+
+
+@dataclass(frozen=True)
+class ClaimObject:
+    """A ResourceClaimTemplate or ResourceClaim of the DRA samples' namespace."""
+
+    kind: str
+    name: str
+    requests: tuple[str | tuple[str, ...], ...]
+    """Each device request's DeviceClass (exactly), or its firstAvailable alternatives."""
+
+    def classes(self) -> set[str]:
+        """Every DeviceClass the object's requests may be allocated from."""
+        return {c for r in self.requests for c in ((r,) if isinstance(r, str) else r)}
+
+    def manifest(self) -> dict[str, Any]:
+        """The object as the API takes it (resource.k8s.io/v1), one device of each class."""
+
+        def one(name: str, device_class: str) -> dict[str, Any]:
+            return {
+                "name": name,
+                "deviceClassName": device_class,
+                "allocationMode": "ExactCount",
+                "count": 1,
+            }
+
+        requests: list[dict[str, Any]] = []
+        for i, request in enumerate(self.requests):
+            if isinstance(request, str):
+                exactly = one(f"r{i}", request)
+                del exactly["name"]
+                requests.append({"name": f"r{i}", "exactly": exactly})
+            else:
+                requests.append(
+                    {
+                        "name": f"r{i}",
+                        "firstAvailable": [one(f"a{j}", c) for j, c in enumerate(request)],
+                    }
+                )
+        claim_spec = {"devices": {"requests": requests}}
+        spec = {"spec": claim_spec} if self.kind == "ResourceClaimTemplate" else claim_spec
+        return {
+            "apiVersion": RESOURCE_API,
+            "kind": self.kind,
+            "metadata": {"name": self.name},
+            "spec": spec,
+        }
+
+
+@dataclass(frozen=True)
+class DraTable:
+    """The DRA samples: the objects their claims name, and the verdicts of the native engines
+    under a DRA stack's gate data."""
+
+    device_classes: tuple[str, ...]
+    """The GPU DeviceClasses (the GPU Operator's with allocation dra)."""
+    other_classes: tuple[str, ...]
+    """DeviceClasses of devices that are no GPU (NICs, dongles)."""
+    objects: list[ClaimObject]
+    samples: list[Sample]
+
+    @property
+    def gpu_resources(self) -> list[str]:
+        """The extended resource names of the GPU DeviceClasses (DRAExtendedResource)."""
+        return [DEVICE_CLASS_RESOURCE_PREFIX + c for c in self.device_classes]
+
+    def lookups(self) -> dict[str, list[dict[str, Any]]]:
+        """The objects by kind, as the claim policies' paramRef selector finds them."""
+        return {
+            kind: [o.manifest() for o in self.objects if o.kind == kind] for kind in CLAIM_KINDS
+        }
+
+    def asks_for_gpu(self, sample: Sample) -> bool:
+        """Whether the sample's pod asks for a GPU in DRA mode: a GPU class's extended resource
+        above zero, or a claim naming an object that may be allocated from a GPU class."""
+        by_reference = {
+            (
+                "resourceClaimTemplateName"
+                if o.kind == "ResourceClaimTemplate"
+                else "resourceClaimName",
+                o.name,
+            ): o
+            for o in self.objects
+        }
+        for claim in sample.spec.get("resourceClaims", []):
+            for field in ("resourceClaimTemplateName", "resourceClaimName"):
+                found = by_reference.get((field, claim.get(field, "")))
+                if found is not None and found.classes() & set(self.device_classes):
+                    return True
+        containers = [
+            c for field in ("containers", "initContainers") for c in sample.spec.get(field, [])
+        ]
+        return any(
+            name in self.gpu_resources and str(value) not in ("0", "0m")
+            for c in containers
+            for name, value in (c.get("limits") or {}).items()
+        )
+
+
 @dataclass(frozen=True)
 class SampleTable:
     scheduler: str
@@ -124,6 +232,9 @@ class SampleTable:
     gang_pods: bool
     """Whether the stack's scheduler places gangs (scheduler.gangScheduling)."""
     samples: list[Sample]
+    """Judged under a device-plugin stack's gate data, by every engine."""
+    dra: DraTable
+    """Judged under a DRA stack's gate data, by DRA_ENGINES."""
 
     def asks_for_gpu(self, sample: Sample) -> bool:
         """Whether the sample's pod asks for a GPU as the gate counts them: a resource the gate
@@ -147,10 +258,9 @@ def _identity(raw: dict[str, Any] | None) -> Identity | None:
     return Identity(user=raw["user"], groups=tuple(raw.get("groups", ())))
 
 
-def load_samples(path: Path = SAMPLES_FILE) -> SampleTable:
-    raw = yaml.safe_load(path.read_text())
+def _samples(entries: list[Any]) -> list[Sample]:
     samples = []
-    for entry in raw["samples"]:
+    for entry in entries:
         both = entry.get("verdict")
         samples.append(
             Sample(
@@ -166,11 +276,30 @@ def load_samples(path: Path = SAMPLES_FILE) -> SampleTable:
                 debug=entry.get("debug"),
             )
         )
+    return samples
+
+
+def _claim_object(raw: dict[str, Any]) -> ClaimObject:
+    if raw["kind"] not in CLAIM_KINDS:
+        raise ValueError(f"dra.objects: kind {raw['kind']!r} is not one of {list(CLAIM_KINDS)}")
+    requests = tuple(r if isinstance(r, str) else tuple(r) for r in raw["requests"])
+    return ClaimObject(kind=raw["kind"], name=raw["name"], requests=requests)
+
+
+def load_samples(path: Path = SAMPLES_FILE) -> SampleTable:
+    raw = yaml.safe_load(path.read_text())
+    dra = raw["dra"]
     return SampleTable(
         scheduler=raw["scheduler"],
         gpu_resources=list(raw["gpu_resources"]),
         gpu_resource_prefixes=list(raw["gpu_resource_prefixes"]),
         pool_taint=dict(raw["pool_taint"]),
         gang_pods=bool(raw.get("gang_pods", False)),
-        samples=samples,
+        samples=_samples(raw["samples"]),
+        dra=DraTable(
+            device_classes=allocation_device_classes("dra"),
+            other_classes=tuple(dra["other_classes"]),
+            objects=[_claim_object(o) for o in dra["objects"]],
+            samples=_samples(dra["samples"]),
+        ),
     )

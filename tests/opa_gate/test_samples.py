@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from components.gpu_operator.settings import DRA_DEVICE_CLASSES
 from components.tainted_gpu_pool.settings import Taint
 from tests.opa_gate.gate_samples import (
     DEBUG_CONTAINER,
+    DRA_ENGINES,
     NAMESPACES,
     ROUTING_ENGINE,
     VERDICTS,
@@ -79,3 +81,55 @@ def test_gate_samples_debug_rows_add_one_named_ephemeral_container() -> None:
         assert "resources" not in container
     bound = [s for s in debugging if s.bind is not None]
     assert bound and all(s.spec.get("schedulerName") == load_samples().scheduler for s in bound)
+
+
+def test_gate_samples_dra_rows_are_judged_by_the_native_engines_only() -> None:
+    table = load_samples()
+    assert table.dra.samples
+    for sample in table.dra.samples:
+        assert sample.refuse in VERDICTS and sample.route in VERDICTS, sample.name
+        assert sample.refuse != "routed", sample.name
+    assert "opa" not in DRA_ENGINES and ROUTING_ENGINE in DRA_ENGINES
+
+
+def test_gate_samples_names_are_unique_across_both_tables() -> None:
+    table = load_samples()
+    names = [s.name for s in [*table.samples, *table.dra.samples]]
+    assert len(names) == len(set(names))
+
+
+def test_gate_samples_dra_objects_ask_for_known_classes_only() -> None:
+    dra = load_samples().dra
+    known = {*dra.device_classes, *dra.other_classes}
+    assert dra.device_classes == DRA_DEVICE_CLASSES
+    assert not set(dra.other_classes) & set(DRA_DEVICE_CLASSES)
+    for obj in dra.objects:
+        assert obj.classes() <= known, obj.name
+
+
+def test_gate_samples_dra_rows_cover_gpu_and_other_claims_of_both_kinds() -> None:
+    dra = load_samples().dra
+    gpu = {o.name for o in dra.objects if o.classes() & set(dra.device_classes)}
+    kinds_of_gpu = {o.kind for o in dra.objects if o.name in gpu}
+    kinds_of_others = {o.kind for o in dra.objects if o.name not in gpu}
+    assert kinds_of_gpu == kinds_of_others == {"ResourceClaimTemplate", "ResourceClaim"}
+    assert any(isinstance(r, tuple) for o in dra.objects if o.name in gpu for r in o.requests)
+    verdicts = {s.name: (dra.asks_for_gpu(s), s.route) for s in dra.samples}
+    # Every GPU claim pod is routed or refused; every other claim pod left alone.
+    for name, (asks, route) in verdicts.items():
+        assert (route != "allowed") == asks or name.endswith("on-the-gates-scheduler"), name
+
+
+def test_gate_samples_dra_objects_are_resource_api_objects() -> None:
+    dra = load_samples().dra
+    (template,) = [o for o in dra.objects if o.name == "nic-or-gpu"]
+    manifest = template.manifest()
+    assert manifest["apiVersion"] == "resource.k8s.io/v1"
+    (request,) = manifest["spec"]["spec"]["devices"]["requests"]
+    assert [a["deviceClassName"] for a in request["firstAvailable"]] == [
+        "nic.example.com",
+        "gpu.nvidia.com",
+    ]
+    (claim,) = [o for o in dra.objects if o.name == "team-gpus"]
+    (exactly,) = claim.manifest()["spec"]["devices"]["requests"]
+    assert exactly["exactly"]["deviceClassName"] == "gpu.nvidia.com"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,12 @@ import pytest
 
 from components.gpu_operator.settings import GpuOperatorSettings, OperatorPods
 from components.opa_gate.manifests import (
+    CLAIM_KINDS,
     GATE_PARAMS_CONFIGMAP,
     admission_policy_spec,
+    claim_policy_spec,
+    claim_routing_policy_spec,
+    claims_looked_up,
     gate_data,
     routing_policy_spec,
 )
@@ -31,6 +36,7 @@ from components.opa_gate.settings import DEFAULT_GATE_NAMESPACE, OpaGateSettings
 from components.tainted_gpu_pool.settings import Taint
 from tests.integration.conftest import built_tool
 from tests.opa_gate.gate_samples import (
+    DRA_ENGINES,
     REFUSING_ENGINES,
     ROUTING_ENGINE,
     Identity,
@@ -68,6 +74,19 @@ def _params(operator: OperatorPods | None) -> dict[str, str]:
         operator_pods=operator,
         pool_toleration=POOL_TOLERATION,
         gang_pods=SAMPLES.gang_pods,
+    )
+
+
+def _dra_params(operator: OperatorPods | None) -> dict[str, str]:
+    """A DRA stack's gate data: the GPU DeviceClasses and their extended resource names."""
+    return gate_data(
+        SCHEDULER,
+        SAMPLES.dra.gpu_resources,
+        (),
+        operator_pods=operator,
+        pool_toleration=POOL_TOLERATION,
+        gang_pods=SAMPLES.gang_pods,
+        device_classes=SAMPLES.dra.device_classes,
     )
 
 
@@ -149,15 +168,26 @@ def celgate() -> Path:
 
 
 def _cel(celgate: Path, engine: str, params: dict[str, str], requests: list[Any]) -> list[Any]:
+    """The CEL engine's results for `requests`; in DRA mode (`params` has device classes)
+    with the claim policies, each evaluated once per object of its kind in the request's
+    `lookups`."""
+    routing, dra = engine == ROUTING_ENGINE, claims_looked_up(params)
     document = {
-        "validating": admission_policy_spec(),
-        "mutating": routing_policy_spec() if engine == ROUTING_ENGINE else None,
+        "validating": admission_policy_spec(claims_looked_up=dra),
+        "mutating": routing_policy_spec(claims_looked_up=dra) if routing else None,
         "params": {
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": GATE_PARAMS_CONFIGMAP, "namespace": DEFAULT_GATE_NAMESPACE},
             "data": params,
         },
+        "paramPolicies": [
+            {
+                "validating": claim_policy_spec(kind, params),
+                "mutating": claim_routing_policy_spec(kind, params) if routing else None,
+            }
+            for kind in (CLAIM_KINDS if dra else ())
+        ],
         "cases": requests,
     }
     done = subprocess.run(
@@ -232,28 +262,83 @@ def test_samples_offline_every_engine_reaches_the_tables_verdicts(
 
     for engine in ("validating-admission-policy", ROUTING_ENGINE):
         results = _cel(celgate, engine, params, requests)
-        for sample, request, result in zip(SAMPLES.samples, requests, results, strict=True):
-            if result.get("error"):
-                wrong.append(f"{engine} {sample.name}: evaluation failed: {result['error']}")
-                continue
-            written = request["object"]["spec"]["schedulerName"]
-            stored = result["object"]["spec"]
-            if result["denied"]:
-                outcome = "refused"
-            elif stored.get("schedulerName") == SCHEDULER and written != SCHEDULER:
-                outcome = "routed"
-            elif stored.get("schedulerName") != written:
-                outcome = f"admitted with schedulerName {stored.get('schedulerName')}"
-            else:
-                outcome = "allowed"
-            wrong.append(_wrong(sample, engine, request, outcome, result["denied"]))
-            if engine == ROUTING_ENGINE and request["mutate"] and outcome in ("allowed", "routed"):
-                # A GPU pod admitted onto the gate's scheduler tolerates the pool's taint; the
-                # gate gives none to any other pod.
-                had = _tolerates(request["object"]["spec"].get("tolerations", []))
-                has = _tolerates(stored.get("tolerations", []))
-                on_gate = stored.get("schedulerName") == SCHEDULER
-                if has != (had or (on_gate and SAMPLES.asks_for_gpu(sample))):
-                    wrong.append(f"{engine} {sample.name}: tolerations {stored.get('tolerations')}")
+        wrong.extend(_cel_wrong(engine, SAMPLES.samples, requests, results, SAMPLES.asks_for_gpu))
     wrong = [w for w in wrong if w]
     assert not wrong, "\n".join(wrong)
+
+
+def _cel_wrong(
+    engine: str,
+    samples: list[Sample],
+    requests: list[dict[str, Any]],
+    results: list[Any],
+    asks_for_gpu: Callable[[Sample], bool],
+) -> list[str]:
+    """Each CEL result's disagreement with the table, if any (`asks_for_gpu`: whether a
+    sample's pod is a GPU pod, which the routing engine gives the pool's toleration)."""
+    wrong: list[str] = []
+    for sample, request, result in zip(samples, requests, results, strict=True):
+        if result.get("error"):
+            wrong.append(f"{engine} {sample.name}: evaluation failed: {result['error']}")
+            continue
+        written = request["object"]["spec"]["schedulerName"]
+        stored = result["object"]["spec"]
+        if result["denied"]:
+            outcome = "refused"
+        elif stored.get("schedulerName") == SCHEDULER and written != SCHEDULER:
+            outcome = "routed"
+        elif stored.get("schedulerName") != written:
+            outcome = f"admitted with schedulerName {stored.get('schedulerName')}"
+        else:
+            outcome = "allowed"
+        wrong.append(_wrong(sample, engine, request, outcome, result["denied"]))
+        if engine == ROUTING_ENGINE and request["mutate"] and outcome in ("allowed", "routed"):
+            # A GPU pod admitted onto the gate's scheduler tolerates the pool's taint; the
+            # gate gives none to any other pod.
+            had = _tolerates(request["object"]["spec"].get("tolerations", []))
+            has = _tolerates(stored.get("tolerations", []))
+            on_gate = stored.get("schedulerName") == SCHEDULER
+            if has != (had or (on_gate and asks_for_gpu(sample))):
+                wrong.append(f"{engine} {sample.name}: tolerations {stored.get('tolerations')}")
+    return [w for w in wrong if w]
+
+
+@pytest.mark.parametrize("engine", DRA_ENGINES)
+def test_samples_offline_dra_claims_are_gpus_by_the_class_they_name(
+    celgate: Path, engine: str
+) -> None:
+    """The table's DRA rows under a DRA stack's gate data: a claim is a GPU request when the
+    template or claim it names (the table's objects, in the pod's namespace) selects a GPU
+    DeviceClass, exactly or as a firstAvailable alternative."""
+    params = _dra_params(OPERATORS["installed"])
+    dra = SAMPLES.dra
+    requests = [
+        {**_request(s, i, "installed"), "lookups": dra.lookups()} for i, s in enumerate(dra.samples)
+    ]
+    results = _cel(celgate, engine, params, requests)
+    wrong = _cel_wrong(engine, dra.samples, requests, results, dra.asks_for_gpu)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_samples_offline_dra_claims_without_objects_are_left_alone(celgate: Path) -> None:
+    """No template or claim in the namespace: the claim policies are not evaluated at all
+    (parameterNotFoundAction Allow), so a GPU-template pod is judged as one without claims."""
+    (sample,) = [s for s in SAMPLES.dra.samples if s.name == "dra-gpu-template-without-scheduler"]
+    request = {**_request(sample, 0, "installed"), "lookups": {}}
+    for engine in DRA_ENGINES:
+        (result,) = _cel(celgate, engine, _dra_params(OPERATORS["installed"]), [request])
+        assert not result["denied"] and not result.get("error"), result
+        assert result["object"]["spec"]["schedulerName"] == "default-scheduler"
+
+
+def test_samples_offline_device_plugin_mode_counts_every_claim(celgate: Path) -> None:
+    """The same GPU-template and NIC-template pods under a device-plugin stack's gate data:
+    every claim is a GPU request, whatever it names (no claim policies)."""
+    dra = SAMPLES.dra
+    names = ("dra-gpu-template-without-scheduler", "dra-nic-template-left-alone")
+    samples = [s for s in dra.samples if s.name in names]
+    requests = [
+        {**_request(s, i, "installed"), "lookups": dra.lookups()} for i, s in enumerate(samples)
+    ]
+    results = _cel(celgate, ROUTING_ENGINE, _params(OPERATORS["installed"]), requests)
+    assert [r["object"]["spec"]["schedulerName"] for r in results] == [SCHEDULER, SCHEDULER]

@@ -6,14 +6,23 @@
 // object/oldObject/request/params/namespaceObject, and applies the mutations' JSON patches.
 //
 // Input (stdin, JSON): {"validating": <spec>, "mutating": <spec or null>, "params": <object or
-// null>, "cases": [{"name", "operation", "subResource", "namespace", "object", "oldObject",
-// "userInfo": {"username", "groups"}}]}. Output (stdout, JSON): one result per case: the
-// object after the mutating policy ("object"), whether its match conditions held ("mutated"),
-// and the validating policy's first denial ("denied", "" when admitted).
+// null>, "paramPolicies": [{"validating": <spec>, "mutating": <spec or null>}], "cases":
+// [{"name", "operation", "subResource", "namespace", "object", "oldObject", "userInfo":
+// {"username", "groups"}, "lookups": {<paramKind kind>: [<object>, ...]}}]}. Output (stdout,
+// JSON): one result per case: the object after the mutating policies ("object"), whether the
+// first one's match conditions held ("mutated"), and the first denial of the validating
+// policies ("denied", "" when admitted).
+//
+// "paramPolicies" are evaluated as bindings with a paramRef selector are: once per object of
+// their paramKind the case's "lookups" hold, none when it holds none (parameterNotFoundAction
+// Allow). Mutating policies run in order, "mutating" first, and all run once more when one
+// changed the object (reinvocationPolicy IfNeeded); then the validating ones, "validating"
+// first.
 //
 // What it leaves to the caller: which requests a policy matches (matchConstraints and the
 // binding's namespaceSelector), the API server's defaulting, and the parameter lookup
-// (params null stands for no parameter object).
+// (params null stands for no parameter object; "lookups" are the objects a selector finds in
+// the request's namespace).
 package main
 
 import (
@@ -24,6 +33,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -53,13 +63,29 @@ type request struct {
 	UserInfo    userInfo               `json:"userInfo"`
 	// Mutate: the mutating policy's matchConstraints match the request (the caller decides).
 	Mutate bool `json:"mutate"`
+	// Lookups: by paramKind kind, the objects a paramRef selector finds for the request.
+	Lookups map[string][]map[string]interface{} `json:"lookups"`
+}
+
+type policyPair struct {
+	Validating admissionregistrationv1.ValidatingAdmissionPolicySpec `json:"validating"`
+	Mutating   *admissionregistrationv1.MutatingAdmissionPolicySpec  `json:"mutating"`
 }
 
 type input struct {
-	Validating admissionregistrationv1.ValidatingAdmissionPolicySpec `json:"validating"`
-	Mutating   *admissionregistrationv1.MutatingAdmissionPolicySpec  `json:"mutating"`
-	Params     map[string]interface{}                                `json:"params"`
-	Cases      []request                                             `json:"cases"`
+	Validating    admissionregistrationv1.ValidatingAdmissionPolicySpec `json:"validating"`
+	Mutating      *admissionregistrationv1.MutatingAdmissionPolicySpec  `json:"mutating"`
+	Params        map[string]interface{}                                `json:"params"`
+	ParamPolicies []policyPair                                          `json:"paramPolicies"`
+	Cases         []request                                             `json:"cases"`
+}
+
+// compiled is a policy pair ready to evaluate, with where its parameters come from.
+type compiled struct {
+	validator validating.Validator
+	mutating  *mutatingPolicy
+	// kind: the paramKind whose lookups are the parameters; "" for the one fixed params.
+	kind string
 }
 
 type result struct {
@@ -172,64 +198,118 @@ func attributes(r request, object, old runtime.Object) *admission.VersionedAttri
 	return &admission.VersionedAttributes{Attributes: record, VersionedKind: podGVK, VersionedObject: admission.NewLazyObject(object), VersionedOldObject: admission.NewLazyObject(old)}
 }
 
-func evaluate(ctx context.Context, in *input, v validating.Validator, m *mutatingPolicy, r request) result {
-	out := result{Name: r.Name}
-	var params runtime.Object
-	if in.Params != nil {
-		params = &unstructured.Unstructured{Object: in.Params}
+// paramsOf are the parameter objects `p` is evaluated with for `r`: the fixed params, or one
+// evaluation per looked-up object of its kind (none: not evaluated).
+func paramsOf(in *input, p compiled, r request) []runtime.Object {
+	if p.kind == "" {
+		if in.Params == nil {
+			return []runtime.Object{nil}
+		}
+		return []runtime.Object{&unstructured.Unstructured{Object: in.Params}}
 	}
+	var params []runtime.Object
+	for _, object := range r.Lookups[p.kind] {
+		params = append(params, &unstructured.Unstructured{Object: object})
+	}
+	return params
+}
+
+// mutate applies `m` with `params` to attrs' object; whether its match conditions held.
+func mutate(ctx context.Context, m *mutatingPolicy, attrs *admission.VersionedAttributes, params runtime.Object, namespace *corev1.Namespace) (bool, error) {
+	// As the mutating dispatcher does: a fresh context for the policy's variables.
+	ctx = m.compiler.CreateContext(ctx)
+	if m.matcher != nil {
+		match := m.matcher.Match(ctx, attrs, params, nil)
+		if match.Error != nil {
+			return false, fmt.Errorf("mutating match conditions: %w", match.Error)
+		}
+		if !match.Matches {
+			return false, nil
+		}
+	}
+	scheme := runtime.NewScheme()
+	for _, patcher := range m.patchers {
+		patched, err := patcher.Patch(ctx, patch.Request{
+			MatchedResource:     podGVR,
+			VersionedAttributes: attrs,
+			ObjectInterfaces:    admission.NewObjectInterfacesFromScheme(scheme),
+			OptionalVariables:   plugincel.OptionalVariableBindings{VersionedParams: params},
+			Namespace:           namespace,
+		}, celconfig.RuntimeCELCostBudget)
+		if err != nil {
+			return false, fmt.Errorf("mutation: %w", err)
+		}
+		attrs.UpdateObject(patched)
+	}
+	return true, nil
+}
+
+func evaluate(ctx context.Context, in *input, policies []compiled, r request) result {
+	out := result{Name: r.Name}
 	namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.Namespace}}
 	object := &unstructured.Unstructured{Object: r.Object}
 	var old runtime.Object
 	if r.OldObject != nil {
 		old = &unstructured.Unstructured{Object: r.OldObject}
 	}
-	if m != nil && r.Mutate {
-		// As the mutating dispatcher does: a fresh context for the policy's variables.
-		ctx := m.compiler.CreateContext(ctx)
+	if r.Mutate {
 		attrs := attributes(r, object, old)
-		matches := true
-		if m.matcher != nil {
-			match := m.matcher.Match(ctx, attrs, params, nil)
-			if match.Error != nil {
-				out.Error = "mutating match conditions: " + match.Error.Error()
-				return out
-			}
-			matches = match.Matches
-		}
-		if matches {
-			out.Mutated = true
-			scheme := runtime.NewScheme()
-			for _, patcher := range m.patchers {
-				patched, err := patcher.Patch(ctx, patch.Request{
-					MatchedResource:     podGVR,
-					VersionedAttributes: attrs,
-					ObjectInterfaces:    admission.NewObjectInterfacesFromScheme(scheme),
-					OptionalVariables:   plugincel.OptionalVariableBindings{VersionedParams: params},
-					Namespace:           namespace,
-				}, celconfig.RuntimeCELCostBudget)
-				if err != nil {
-					out.Error = "mutation: " + err.Error()
-					return out
+		// A second round when the first changed the object: IfNeeded reinvocation.
+		for round := 0; round < 2; round++ {
+			before := attrs.VersionedObject.Object().(*unstructured.Unstructured).DeepCopy()
+			for i, p := range policies {
+				if p.mutating == nil {
+					continue
 				}
-				attrs.UpdateObject(patched)
+				for _, params := range paramsOf(in, p, r) {
+					matched, err := mutate(ctx, p.mutating, attrs, params, namespace)
+					if err != nil {
+						out.Error = err.Error()
+						return out
+					}
+					if i == 0 && round == 0 {
+						out.Mutated = matched
+					}
+				}
 			}
-			object = attrs.VersionedObject.Object().(*unstructured.Unstructured)
+			after := attrs.VersionedObject.Object().(*unstructured.Unstructured)
+			if equality.Semantic.DeepEqual(before.Object, after.Object) {
+				break
+			}
 		}
+		object = attrs.VersionedObject.Object().(*unstructured.Unstructured)
 	}
 	out.Object = object.Object
 	attrs := attributes(r, object, old)
-	validated := v.Validate(ctx, podGVR, attrs, params, namespace, celconfig.RuntimeCELCostBudget, nil)
-	for _, decision := range validated.Decisions {
-		if decision.Action == validating.ActionDeny {
-			out.Denied = decision.Message
-			if decision.Evaluation == validating.EvalError {
-				out.Error = decision.Message
+	for _, p := range policies {
+		for _, params := range paramsOf(in, p, r) {
+			validated := p.validator.Validate(ctx, podGVR, attrs, params, namespace, celconfig.RuntimeCELCostBudget, nil)
+			for _, decision := range validated.Decisions {
+				if decision.Action == validating.ActionDeny {
+					out.Denied = decision.Message
+					if decision.Evaluation == validating.EvalError {
+						out.Error = decision.Message
+					}
+					return out
+				}
 			}
-			break
 		}
 	}
 	return out
+}
+
+func compilePair(v *admissionregistrationv1.ValidatingAdmissionPolicySpec, m *admissionregistrationv1.MutatingAdmissionPolicySpec, kind string) (compiled, error) {
+	validator, err := compileValidating(v)
+	if err != nil {
+		return compiled{}, err
+	}
+	pair := compiled{validator: validator, kind: kind}
+	if m != nil {
+		if pair.mutating, err = compileMutating(m); err != nil {
+			return compiled{}, err
+		}
+	}
+	return pair, nil
 }
 
 func run() error {
@@ -238,20 +318,29 @@ func run() error {
 	if err := decoder.Decode(&in); err != nil {
 		return fmt.Errorf("reading the input: %w", err)
 	}
-	v, err := compileValidating(&in.Validating)
+	gate, err := compilePair(&in.Validating, in.Mutating, "")
 	if err != nil {
 		return err
 	}
-	var m *mutatingPolicy
-	if in.Mutating != nil {
-		if m, err = compileMutating(in.Mutating); err != nil {
-			return err
+	policies := []compiled{gate}
+	for i := range in.ParamPolicies {
+		pair := &in.ParamPolicies[i]
+		if pair.Validating.ParamKind == nil || pair.Validating.ParamKind.Kind == "" {
+			return fmt.Errorf("paramPolicies[%d]: a validating policy without paramKind", i)
 		}
+		if pair.Mutating != nil && (pair.Mutating.ParamKind == nil || pair.Mutating.ParamKind.Kind != pair.Validating.ParamKind.Kind) {
+			return fmt.Errorf("paramPolicies[%d]: the mutating policy's paramKind is not the validating one's", i)
+		}
+		p, err := compilePair(&pair.Validating, pair.Mutating, pair.Validating.ParamKind.Kind)
+		if err != nil {
+			return fmt.Errorf("paramPolicies[%d]: %w", i, err)
+		}
+		policies = append(policies, p)
 	}
 	ctx := context.Background()
 	results := make([]result, 0, len(in.Cases))
 	for _, r := range in.Cases {
-		results = append(results, evaluate(ctx, &in, v, m, r))
+		results = append(results, evaluate(ctx, &in, policies, r))
 	}
 	return json.NewEncoder(os.Stdout).Encode(results)
 }
