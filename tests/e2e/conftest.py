@@ -51,10 +51,13 @@ def require_e2e_tools() -> None:
     pytest.skip(message)
 
 
-def apply_stack(stack: str, tmp: Path) -> Iterator[AppliedStack]:
-    """`stack` applied to a fresh local cluster; the cluster stops afterwards."""
+def apply_stack(
+    stack: str, tmp: Path, overrides: dict[str, Any] | None = None
+) -> Iterator[AppliedStack]:
+    """`stack` (with config `overrides`) applied to a fresh local cluster; the cluster stops
+    afterwards."""
     require_e2e_tools()
-    applied = AppliedStack(stack, tmp)
+    applied = AppliedStack(stack, tmp, overrides=overrides)
     with applied:
         applied.up()
         yield applied

@@ -72,14 +72,15 @@ def chart_overrides(
 ) -> dict[str, Any]:
     """Config overrides that point each enabled release of `config` at a local chart.
 
-    `versions` names a chart version other than the pinned one (an upgrade).
+    `versions` names a chart version other than the pinned one (an upgrade); otherwise the
+    section's own `version`, if the stack sets one, or the pinned one.
     """
     overrides = {}
     for chart, (key, pinned) in CHARTS.items():
         section = dict(config.get(key) or {})
         if not section.get("enabled"):
             continue
-        version = (versions or {}).get(chart, pinned)
+        version = (versions or {}).get(chart) or section.get("version") or pinned
         section["repository"] = str(write_chart(root, chart, version))
         overrides[key] = section
     return overrides

@@ -27,6 +27,7 @@ from kubernetes import client, dynamic
 from pulumi import automation as auto
 
 from components.binpack_scheduler.settings import BinpackSchedulerSettings
+from tools.harness import dra
 from tools.harness.charts import MONITORING_CRDS, chart_overrides
 from tools.harness.child_process import Lifecycle
 from tools.harness.cluster import CLUSTER_TOOLS, LocalCluster, items_flag
@@ -62,21 +63,31 @@ GANG_APISERVER_FLAGS = (
 )
 """The API server flags of what gangs need, as a test's control plane passes them."""
 LOCAL_CONTEXT = "local"
+DRA_GPUS = 4
+"""GPUs per pool node the DRA driver stand-in publishes (as many as the counted nodes have)."""
 
 
 class StackError(RuntimeError):
     """A `pulumi` command failed; the message is what the CLI printed."""
 
 
-def inventory(stack: str, gpus: int = 4) -> list[FakeNode]:
-    """The stack's node inventory as fake nodes: the GPU pool's nodes with `gpus` GPUs each."""
-    values = stack_config(stack)
+def inventory(
+    stack: str, gpus: int = 4, overrides: Mapping[str, Any] | None = None
+) -> list[FakeNode]:
+    """The stack's node inventory as fake nodes: the GPU pool's nodes with `gpus` GPUs each,
+    counted in allocatable as the device plugin advertises them, or none there when the stack
+    allocates GPUs with DRA (dra_gpus(): the driver publishes them)."""
+    values = stack_config(stack, overrides)
     nodes = values.get("nodes") or []
     pool = set((values.get("gpuPool") or {}).get("nodes") or [])
-    return [
-        gpu_node(node["name"], gpus) if node["name"] in pool else cpu_node(node["name"])
-        for node in nodes
-    ]
+    gpu = dra.dra_node if dra_allocation(values) else (lambda name: gpu_node(name, gpus))
+    return [gpu(node["name"]) if node["name"] in pool else cpu_node(node["name"]) for node in nodes]
+
+
+def dra_allocation(values: Mapping[str, Any]) -> bool:
+    """Whether a stack config's GPUs are DRA devices (gpuOperator.allocation dra)."""
+    operator = values.get("gpuOperator") or {}
+    return bool(operator.get("enabled")) and operator.get("allocation") == "dra"
 
 
 def _section(stack: str, key: str) -> dict[str, Any]:
@@ -202,7 +213,13 @@ class AppliedStack(Lifecycle):
         self.overrides = dict(overrides or {})
         self.pulumi: ProjectStack | None = None
         self.runtime: PodRuntime | None = None
-        self.nodes: list[FakeNode] = inventory(stack)
+        self.nodes: list[FakeNode] = inventory(stack, overrides=self.overrides)
+        self.dra_gpus: dict[str, int] = (
+            {name: DRA_GPUS for name in _section(stack, "gpuPool").get("nodes") or []}
+            if dra_allocation(stack_config(stack, self.overrides))
+            else {}
+        )
+        """With DRA allocation, the GPUs the driver stand-in publishes per pool node."""
         self.nodes_before: dict[str, dict[str, Any]] = {}
         self.kubeadm_config_before: dict[str, str] | None = None
         self.commands_file = workdir / "commands.jsonl"
@@ -223,7 +240,8 @@ class AppliedStack(Lifecycle):
             context = stack_config(self.stack).get("kubeContext") or ""
             secrets["kubeconfig"] = self._kubeconfig(context or LOCAL_CONTEXT)
             config = stack_config(self.stack, self.overrides)
-            self.overrides = {**chart_overrides(self.charts_dir, config), **self.overrides}
+            # The releases' sections as overridden, pointed at the local charts.
+            self.overrides = {**self.overrides, **chart_overrides(self.charts_dir, config)}
             self.pulumi = ProjectStack(
                 self.name,
                 self.workdir / "pulumi",
@@ -276,6 +294,10 @@ class AppliedStack(Lifecycle):
         Returns (op, URN) of every resource the run changed.
         """
         self._pulumi(lambda: self.engine.up(**kwargs))
+        if self.dra_gpus:
+            # The operator's release is in: its DRA driver installs its DeviceClasses and its
+            # kubelet plugins publish each node's GPUs.
+            dra.publish(self.api_client(), self.dra_gpus)
         self.sync_pods()
         return self.engine.changes()
 
@@ -314,6 +336,8 @@ class AppliedStack(Lifecycle):
         if self.runtime is not None:
             self.runtime.stop()
         self._pulumi(lambda: self.engine.destroy(**kwargs))
+        if self.dra_gpus:  # the driver went with the operator's release
+            dra.withdraw(self.api_client())
         return self.engine.changes()
 
     # ---------------------------------------------------------------- queries
@@ -380,4 +404,6 @@ class AppliedStack(Lifecycle):
 
     @property
     def gpu_nodes(self) -> list[str]:
-        return [n.name for n in self.nodes if "nvidia.com/gpu" in n.capacity]
+        return [
+            n.name for n in self.nodes if "nvidia.com/gpu" in n.capacity or n.name in self.dra_gpus
+        ]
