@@ -6,8 +6,9 @@ stand-in (tools/harness/dra.py) publishes each GPU node's ResourceSlice and the 
 DeviceClasses.
 
 Pods ask for GPUs as users write them: a ResourceClaimTemplate of the gpu.nvidia.com class.
-1-GPU claim pods fill one 8-GPU node, so an 8-GPU claim pod still finds a whole node. (Here the
-pods' memory packs them too; claimbinpack_test.go shows what GpuClaimBinpack alone decides.)
+1-GPU claim pods fill one 8-GPU node, so an 8-GPU claim pod still finds a whole node; and
+GpuClaimBinpack, not the pods' cpu and memory, is what sends small claim pods to the node whose
+GPUs are fuller (without it they follow cpu and memory to the other node).
 """
 
 from __future__ import annotations
@@ -88,23 +89,52 @@ class DraPool:
             return False
         return True
 
-    def create_pod(self, name: str, scheduler: str, template: str) -> None:
+    def create_pod(
+        self,
+        name: str,
+        scheduler: str,
+        template: str,
+        memory: str = "48Gi",
+        node: str | None = None,
+    ) -> None:
+        """A claim pod of `template` (on `node` when given, else anywhere in the pool)."""
         container = {
             "name": "main",
             "image": "registry.invalid/cuda-job:1",
-            "resources": {"requests": {"cpu": "100m", "memory": "48Gi"}},
+            "resources": {"requests": {"cpu": "100m", "memory": memory}},
         }
+        where = {"kubernetes.io/hostname": node} if node else {}
         spec = dra.claim_pod_spec(
             template,
             [container],
             schedulerName=scheduler,
             automountServiceAccountToken=False,
-            nodeSelector={POOL_LABEL: self.id},
+            nodeSelector={POOL_LABEL: self.id, **where},
         )
         self.cp.request(
             "POST",
             f"/api/v1/namespaces/{self.namespace}/pods",
             {"metadata": {"name": name}, "spec": spec},
+        )
+
+    def create_ballast(self, node: str) -> None:
+        """A CPU-only pod bound to `node` holding half its cpu and memory."""
+        container = {
+            "name": "main",
+            "image": "registry.invalid/cpu-job:1",
+            "resources": {"requests": {"cpu": "16", "memory": "128Gi"}},
+        }
+        self.cp.request(
+            "POST",
+            f"/api/v1/namespaces/{self.namespace}/pods",
+            {
+                "metadata": {"name": "ballast"},
+                "spec": {
+                    "nodeName": node,
+                    "containers": [container],
+                    "automountServiceAccountToken": False,
+                },
+            },
         )
 
     def decision(self, name: str, log: Any) -> str | None:
@@ -168,3 +198,31 @@ def test_binpack_dra_live_claim_pods_fill_one_node_and_keep_a_whole_one(pool: Dr
     placed, eight = _run(pool, profile, 4)
     assert len(set(placed)) == 1, f"1-GPU claim pods went to {placed}"
     assert eight is not None and eight not in placed
+
+
+@pytest.mark.parametrize("claim_binpack", [True, False], ids=["with", "without"])
+def test_binpack_dra_live_gpu_fullness_outweighs_cpu_and_memory(
+    pool: DraPool, claim_binpack: bool
+) -> None:
+    """Node A holds one GPU claim pod, node B a CPU-only pod holding half its cpu and memory.
+    Small 1-GPU claim pods go to A, whose GPUs are fuller, with GpuClaimBinpack (the profile of
+    the built image); without it (the upstream image's profile, the same binary) cpu and memory
+    packing sends them to B: the plugin, not the pods' requests, decides."""
+    profile = _profile(BUILT_IMAGE if claim_binpack else None)
+    assert profile.claim_binpack is claim_binpack
+    gpu_node, cpu_node = pool.nodes
+    pool.create_ballast(cpu_node)
+    name = f"{SCHEDULER}-{pool.id}"
+    config = render_config(
+        replace(profile, scheduler_name=name, leader_elect=False),
+        kubeconfig=str(pool.cluster.kubeconfig_path),
+    )
+    with pool.cp.start_scheduler(yaml.safe_dump(config), binary=SCHEDULER) as scheduler:
+        pool.create_pod("first", name, "one-gpu", memory="1Gi", node=gpu_node)
+        assert pool.decision("first", scheduler.tail) == gpu_node
+        placed = []
+        for i in range(3):
+            pool.create_pod(f"small-{i}", name, "one-gpu", memory="1Gi")
+            placed.append(pool.decision(f"small-{i}", scheduler.tail))
+    want = gpu_node if claim_binpack else cpu_node
+    assert placed == [want] * 3, f"small claim pods went to {placed}, want {want}"
