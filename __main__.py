@@ -69,141 +69,138 @@ if config.scheduler.gang_scheduling and not config.control_plane.enabled:
     if gang_warning:
         pulumi.log.warn(gang_warning)
 
-# The claim on the cluster, written only once every object declared below was checked live:
-# none may exist that this stack did not create (access.seal(), the program's last call).
-access = ClusterAccess.create(
+# The claim on the cluster, written only once every object declared in the block was checked
+# live: none may exist that this stack did not create. Leaving the block checks them and lets
+# everything apply; an error inside it fails the run (nothing waits for a check never made).
+with ClusterAccess.create(
     "cluster",
     config.kubernetes.kubeconfig,
     config.kubernetes.context,
     sections=config.layer_sections,
     retake_claim=config.retake_claim,
-)
-
-extended = ExtendedResourceNodes(
-    "extended-resources",
-    ExtendedResourceNodesArgs.from_settings(config.extended_resources, access=access),
-)
-
-# Before the taint: ExtendedResourceToleration gives pods that request a tainted node's GPU or
-# extended resource the matching toleration at admission, so it must be on before the nodes are
-# tainted (GPU pods admitted before it would lack it).
-control_plane = None
-if config.control_plane.enabled:
-    control_plane = ControlPlaneFeatures(
-        "control-plane",
-        ControlPlaneFeaturesArgs.from_settings(
-            config.control_plane,
-            access=access,
-            ssh_private_key=config.ssh_private_key,
-            inventory=config.nodes,
-            needs=config.scheduler.control_plane_needs,
-        ),
+) as access:
+    extended = ExtendedResourceNodes(
+        "extended-resources",
+        ExtendedResourceNodesArgs.from_settings(config.extended_resources, access=access),
     )
 
-# After the extended resources too: both layers write the same Node objects, and one after the
-# other neither layer's writes conflict with the other's.
-gpu_pool = TaintedGpuPool(
-    "gpu-pool",
-    TaintedGpuPoolArgs.from_settings(config.gpu_pool, access=access),
-    pulumi.ResourceOptions(depends_on=[extended, *([control_plane] if control_plane else [])]),
-)
-
-# After the pool: its operands tolerate the pool's taint, taken from the pool's output.
-gpu_operator = None
-if config.gpu_operator.enabled:
-    gpu_operator = GpuOperator(
-        "gpu-operator",
-        GpuOperatorArgs.from_settings(config.gpu_operator, access=access, taint=gpu_pool.taint),
-    )
-
-scheduler = BinpackScheduler(
-    "binpack-scheduler",
-    BinpackSchedulerArgs.from_settings(
-        config.scheduler,
-        access=access,
-        kubernetes_version=config.kubernetes_version,
-        advertised=config.gpu_operator.gpu_resources(),
-    ),
-)
-# What GPU pods ask for, as the scheduler weighs it: what the GPU Operator's settings advertise
-# (time-slicing renamed, MIG mixed) and scheduler.gpuResources adds; gated and routed with the
-# pool's toleration by the gate, counted by the monitoring.
-gpu_resources = scheduler.gpu_resources
-
-# Advertised extended resources are named by the layer that advertises them.
-advertised_names = extended.resources.apply(
-    lambda nodes: sorted({name for counts in nodes.values() for name in counts})
-)
-gate = OpaGate(
-    "gpu-gate",
-    OpaGateArgs.from_settings(
-        config.admission,
-        access=access,
-        scheduler_name=scheduler.scheduler_name,
-        gpu_resources=advertised_names,
-        device_resources=gpu_resources.names,
-        gpu_resource_prefixes=gpu_resources.prefixes,
-        pool_toleration=gpu_pool.toleration,
-        operator_pods=config.gpu_operator.operator_pods(
-            config.admission.external_gpu_operator_namespace
-        ),
-        gang_pods=config.scheduler.gang_scheduling,
-        device_classes=config.gpu_operator.device_classes(),
-    ),
-)
-
-monitoring = None
-if config.monitoring.enabled:
-    monitoring = MonitoringStack(
-        "monitoring",
-        MonitoringStackArgs.from_settings(
-            config.monitoring,
-            access=access,
-            grafana_admin_password=config.grafana_admin_password,
-            dcgm=gpu_operator.dcgm_target if gpu_operator is not None else None,
-            gpu_resources=gpu_resources,
-            device_classes=config.gpu_operator.device_classes(),
-            opa_serving_cert_not_after=(
-                gate.serving_cert_not_after if config.admission.engine == "opa" else None
+    # Before the taint: ExtendedResourceToleration gives pods that request a tainted node's GPU or
+    # extended resource the matching toleration at admission, so it must be on before the nodes are
+    # tainted (GPU pods admitted before it would lack it).
+    control_plane = None
+    if config.control_plane.enabled:
+        control_plane = ControlPlaneFeatures(
+            "control-plane",
+            ControlPlaneFeaturesArgs.from_settings(
+                config.control_plane,
+                access=access,
+                ssh_private_key=config.ssh_private_key,
+                inventory=config.nodes,
+                needs=config.scheduler.control_plane_needs,
             ),
+        )
+
+    # After the extended resources too: both layers write the same Node objects, and one after the
+    # other neither layer's writes conflict with the other's.
+    gpu_pool = TaintedGpuPool(
+        "gpu-pool",
+        TaintedGpuPoolArgs.from_settings(config.gpu_pool, access=access),
+        pulumi.ResourceOptions(depends_on=[extended, *([control_plane] if control_plane else [])]),
+    )
+
+    # After the pool: its operands tolerate the pool's taint, taken from the pool's output.
+    gpu_operator = None
+    if config.gpu_operator.enabled:
+        gpu_operator = GpuOperator(
+            "gpu-operator",
+            GpuOperatorArgs.from_settings(config.gpu_operator, access=access, taint=gpu_pool.taint),
+        )
+
+    scheduler = BinpackScheduler(
+        "binpack-scheduler",
+        BinpackSchedulerArgs.from_settings(
+            config.scheduler,
+            access=access,
+            kubernetes_version=config.kubernetes_version,
+            advertised=config.gpu_operator.gpu_resources(),
+        ),
+    )
+    # What GPU pods ask for, as the scheduler weighs it: what the GPU Operator's settings advertise
+    # (time-slicing renamed, MIG mixed) and scheduler.gpuResources adds; gated and routed with the
+    # pool's toleration by the gate, counted by the monitoring.
+    gpu_resources = scheduler.gpu_resources
+
+    # Advertised extended resources are named by the layer that advertises them.
+    advertised_names = extended.resources.apply(
+        lambda nodes: sorted({name for counts in nodes.values() for name in counts})
+    )
+    gate = OpaGate(
+        "gpu-gate",
+        OpaGateArgs.from_settings(
+            config.admission,
+            access=access,
+            scheduler_name=scheduler.scheduler_name,
+            gpu_resources=advertised_names,
+            device_resources=gpu_resources.names,
+            gpu_resource_prefixes=gpu_resources.prefixes,
+            pool_toleration=gpu_pool.toleration,
+            operator_pods=config.gpu_operator.operator_pods(
+                config.admission.external_gpu_operator_namespace
+            ),
+            gang_pods=config.scheduler.gang_scheduling,
+            device_classes=config.gpu_operator.device_classes(),
         ),
     )
 
-priority_classes = None
-if config.priority_classes.enabled:
-    priority_classes = GpuPriorityClasses(
-        "priority-classes",
-        GpuPriorityClassesArgs.from_settings(config.priority_classes, access=access),
-    )
+    monitoring = None
+    if config.monitoring.enabled:
+        monitoring = MonitoringStack(
+            "monitoring",
+            MonitoringStackArgs.from_settings(
+                config.monitoring,
+                access=access,
+                grafana_admin_password=config.grafana_admin_password,
+                dcgm=gpu_operator.dcgm_target if gpu_operator is not None else None,
+                gpu_resources=gpu_resources,
+                device_classes=config.gpu_operator.device_classes(),
+                opa_serving_cert_not_after=(
+                    gate.serving_cert_not_after if config.admission.engine == "opa" else None
+                ),
+            ),
+        )
 
-pulumi.export("gpuNodes", gpu_pool.nodes)
-pulumi.export("gpuTaint", gpu_pool.taint)
-pulumi.export("gpuNodeLabels", gpu_pool.labels)
-pulumi.export("schedulerName", scheduler.scheduler_name)
-pulumi.export("schedulerConfig", scheduler.config_yaml)
-pulumi.export("admissionEngine", gate.engine)
-pulumi.export("admissionPolicy", gate.policy_name)
-pulumi.export("advertisedResources", extended.resources)
-if control_plane is not None:
-    pulumi.export("controlPlaneHosts", control_plane.hosts)
-    pulumi.export("admissionPlugins", control_plane.admission_plugins)
-    pulumi.export("featureGates", control_plane.feature_gates)
-    pulumi.export("skippedFeatureGates", control_plane.skipped_gates)
-if gpu_operator is not None:
-    pulumi.export("gpuOperatorNamespace", gpu_operator.namespace)
-    pulumi.export("gpuOperatorRelease", gpu_operator.release_status)
-    pulumi.export("gpuOperatorChart", gpu_operator.chart_version)
-    if config.gpu_operator.allocation == "dra":
-        pulumi.export("gpuDeviceClasses", gpu_operator.device_classes)
-if monitoring is not None:
-    pulumi.export("monitoringRelease", monitoring.release_status)
-    pulumi.export("grafanaService", monitoring.grafana_service)
-    pulumi.export("gpuDashboard", monitoring.dashboard_name)
-    pulumi.export("gpuDashboardUid", monitoring.dashboard_uid)
-    pulumi.export("gpuAlertRule", monitoring.rule_name)
-    pulumi.export("dcgmServiceMonitor", monitoring.dcgm_service_monitor)
-if priority_classes is not None:
-    pulumi.export("gpuPriorityClasses", priority_classes.names)
+    priority_classes = None
+    if config.priority_classes.enabled:
+        priority_classes = GpuPriorityClasses(
+            "priority-classes",
+            GpuPriorityClassesArgs.from_settings(config.priority_classes, access=access),
+        )
 
-# Everything is declared: check the claim and every declared object on the cluster, then apply.
-access.seal()
+    pulumi.export("gpuNodes", gpu_pool.nodes)
+    pulumi.export("gpuTaint", gpu_pool.taint)
+    pulumi.export("gpuNodeLabels", gpu_pool.labels)
+    pulumi.export("schedulerName", scheduler.scheduler_name)
+    pulumi.export("schedulerConfig", scheduler.config_yaml)
+    pulumi.export("admissionEngine", gate.engine)
+    pulumi.export("admissionPolicy", gate.policy_name)
+    pulumi.export("advertisedResources", extended.resources)
+    if control_plane is not None:
+        pulumi.export("controlPlaneHosts", control_plane.hosts)
+        pulumi.export("admissionPlugins", control_plane.admission_plugins)
+        pulumi.export("featureGates", control_plane.feature_gates)
+        pulumi.export("skippedFeatureGates", control_plane.skipped_gates)
+    if gpu_operator is not None:
+        pulumi.export("gpuOperatorNamespace", gpu_operator.namespace)
+        pulumi.export("gpuOperatorRelease", gpu_operator.release_status)
+        pulumi.export("gpuOperatorChart", gpu_operator.chart_version)
+        if config.gpu_operator.allocation == "dra":
+            pulumi.export("gpuDeviceClasses", gpu_operator.device_classes)
+    if monitoring is not None:
+        pulumi.export("monitoringRelease", monitoring.release_status)
+        pulumi.export("grafanaService", monitoring.grafana_service)
+        pulumi.export("gpuDashboard", monitoring.dashboard_name)
+        pulumi.export("gpuDashboardUid", monitoring.dashboard_uid)
+        pulumi.export("gpuAlertRule", monitoring.rule_name)
+        pulumi.export("dcgmServiceMonitor", monitoring.dcgm_service_monitor)
+    if priority_classes is not None:
+        pulumi.export("gpuPriorityClasses", priority_classes.names)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 import pulumi
@@ -279,6 +280,27 @@ class ClusterAccess:
         program's last call; nothing of the stack is applied before it)."""
         if self.ownership is not None:
             self.ownership.seal()
+
+    def abandon(self, error: BaseException) -> None:
+        """The program failed before everything was declared: the claim, and so everything
+        waiting for it, fails with `error` (nothing is applied; the run ends naming it)."""
+        if self.ownership is not None:
+            self.ownership.abandon(error)
+
+    def __enter__(self) -> ClusterAccess:
+        return self
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        error: BaseException | None,
+        _traceback: TracebackType | None,
+    ) -> None:
+        """The end of the block that declares the stack: seal(), or abandon() when it raised."""
+        if error is None:
+            self.seal()
+        else:
+            self.abandon(error)
 
     @property
     def after_claim(self) -> list[pulumi.Resource]:

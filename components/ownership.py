@@ -429,6 +429,13 @@ class Ownership:
             raise RuntimeError(f"{ref} declared after the ownership check was sealed")
         self.declared.append(Declared(ref, key))
 
+    def abandon(self, error: BaseException) -> None:
+        """The program failed before seal(): the verdict is `error`, so the claim and what
+        waits for it fail instead of waiting for a check that never comes."""
+        self._sealed = True
+        if not self._result.done():
+            self._result.set_exception(error)
+
     def seal(self) -> None:
         """Everything is declared: read the claim and the declared objects on the cluster, and
         write the claim (which everything waits for) only if the stack may go on."""

@@ -216,3 +216,31 @@ def test_ownership_a_check_that_breaks_fails_the_run_instead_of_holding_it(
     thread.join(timeout=60)
     assert not thread.is_alive(), "the run still waits for the verdict"
     assert [str(f) for f in failure] == ["the check broke"]
+
+
+def test_ownership_a_program_that_breaks_before_the_check_fails_the_run_instead_of_holding_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The claim waits for the verdict, which the program's last call gives: a layer that
+    raises before that call fails the run, naming the error, instead of leaving the claim's
+    registration waiting and the run with it."""
+    import components
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("a layer broke")
+
+    monkeypatch.setattr(components, "OpaGate", broken)
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        asyncio.set_event_loop(asyncio.new_event_loop())
+        try:
+            run_program("dev")
+        except BaseException as exc:  # what the run ends with
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "the run still waits for the verdict"
+    assert [str(f) for f in failure] == ["a layer broke"]

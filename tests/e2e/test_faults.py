@@ -129,3 +129,39 @@ def test_the_stack_scheduler_killed_during_up_harms_nothing_of_the_stack(
         core.delete_namespace("jobs")
         applied.destroy()
         assert applied.node_state() == applied.nodes_before
+
+
+def test_a_program_error_after_the_claim_is_declared_ends_the_run_and_applies_nothing(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A layer that raises while the stack is being declared (after the claim, before the
+    check that lets it apply): `pulumi up` ends naming the error, with nothing on the cluster,
+    rather than waiting for a check that never comes."""
+    require_e2e_tools()
+    import components
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("the gate layer broke")
+
+    monkeypatch.setattr(components, "OpaGate", broken)
+    workdir = tmp_path_factory.mktemp("e2e-program-error")
+    with AppliedStack(STACK, workdir) as applied:
+        namespaces = {
+            n.metadata.name for n in client.CoreV1Api(applied.api_client()).list_namespace().items
+        }
+        outcome: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                applied.up()
+            except StackError as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join(timeout=300)
+        assert not thread.is_alive(), "up hung after the program error"
+        assert outcome and "the gate layer broke" in str(outcome[0])
+        assert applied.node_state() == applied.nodes_before
+        core = client.CoreV1Api(applied.api_client())
+        assert {n.metadata.name for n in core.list_namespace().items} == namespaces
