@@ -24,6 +24,8 @@ WHOLE_PROGRAM = RESULTS / "whole-program"
 """bench.local_stack: the whole program under the real engine against its floor."""
 GANG_JOBS = RESULTS / "gang-jobs"
 """bench.openb_replay on a trace with jobs, and bench.gang_scale: gangs against no gangs."""
+DRA_REPLAY = RESULTS / "dra-replay"
+"""bench.openb_replay and bench.scheduler_scale with --dra: GPUs claimed through DRA."""
 
 
 def write_rows(path: Path, fields: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:

@@ -32,6 +32,9 @@ metrics use.
     .venv/bin/python -m bench.openb_replay ../shared/traces/openb --limit 500 --node-limit 100
     .venv/bin/python -m bench.openb_replay /tmp/openb-jobs \
         --profiles default,binpack,binpack-gangs,fragmentation-gangs
+
+With --dra the nodes' GPUs are devices of ResourceSlices and the GPU pods claim them through
+ResourceClaims (bench/dra.py; default CSV: bench/results/dra-replay/replay.csv).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
-from bench import GANG_JOBS, OPENB_FRAGMENTATION
+from bench import DRA_REPLAY, GANG_JOBS, OPENB_FRAGMENTATION
 from bench.openb_trace import (
     add_trace_arguments,
     arrival_order,
@@ -62,6 +65,8 @@ from bench.replay_results import (
 DEFAULT_CSV = OPENB_FRAGMENTATION / "replay.csv"
 JOBS_CSV = GANG_JOBS / "replay.csv"
 """The default CSV of a trace with jobs."""
+DRA_CSV = DRA_REPLAY / "replay.csv"
+"""The default CSV with --dra."""
 
 
 def _orders(parser: argparse.ArgumentParser, raw: str) -> list[int]:
@@ -91,6 +96,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fleet-seed", type=int, default=1, help="the realistic fleet's seed")
     parser.add_argument("--threads", type=int, default=16, help="parallel object creation")
     parser.add_argument("--repeat", type=int, default=1, help="runs per profile")
+    parser.add_argument(
+        "--dra",
+        action="store_true",
+        help="GPUs as ResourceSlice devices, claimed through ResourceClaims (bench/dra.py)",
+    )
     args = parser.parse_args(argv)
     profiles = comma_choices(parser, "--profiles", args.profiles, ALL_PROFILES)
     fleets = comma_choices(parser, "--fleets", args.fleets, FLEETS)
@@ -106,12 +116,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"--profiles {','.join(gang)}: the pod list {args.pods_file} names no job "
             "(derive one with python -m bench.derive_trace --jobs)"
         )
+    if args.dra and (jobs or gang):
+        parser.error("--dra: the replay of jobs and the gang profiles run only without --dra")
     if jobs and args.csv == DEFAULT_CSV:
         args.csv = JOBS_CSV
+    if args.dra and args.csv == DEFAULT_CSV:
+        args.csv = DRA_CSV
     results = []
     for kind in fleets:
         with ReplayCluster(
-            nodes, fleet=kind, seed=args.fleet_seed, gangs=jobs, threads=args.threads
+            nodes,
+            fleet=kind,
+            seed=args.fleet_seed,
+            gangs=jobs,
+            dra=args.dra,
+            threads=args.threads,
         ) as cluster:
             for order in orders:
                 arrived = arrival_order(pods, order)

@@ -13,6 +13,12 @@ submitPodGroupAlgorithmResult), so a run ends as it does without gangs. A run is
 steps: `render` (the scheduler's configuration and the pod objects, no cluster), the live part
 (`ReplayCluster._schedule`: pods created, the scheduler started, its decisions followed into an
 `Outcome`) and `measure` (the `Metrics` of that outcome, no cluster).
+
+With `dra` the GPUs go through Dynamic Resource Allocation (bench/dra.py): each node's GPUs are
+the devices of its ResourceSlice (none in its allocatable), each GPU pod claims them from the
+template of its GPU count, and kube-controller-manager's resourceclaim controller, running for
+the cluster's life, makes the claims; a run starts its scheduler once every pod's claims are
+made, and ends with the claims deleted beside the pods.
 """
 
 from __future__ import annotations
@@ -25,11 +31,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import yaml
 
+from bench import dra as dra_objects
 from bench import fleet
 from bench.openb_trace import TraceNode, TracePod, jobs_of
 from bench.replay_results import (
@@ -51,6 +58,9 @@ from components.binpack_scheduler.settings import (
 )
 from components.tainted_gpu_pool.settings import Taint
 from stack_config import SchedulerConfig
+
+if TYPE_CHECKING:
+    from tools.harness import ManagedProcess
 
 NODE_PODS = 110
 NAMESPACE = "openb"
@@ -264,6 +274,8 @@ class Rendered:
     """The pod objects in arrival order, named so that name order is arrival order."""
     groups: tuple[dict[str, Any], ...] = ()
     """The PodGroups of the pods' jobs, created before the pods."""
+    templates: tuple[dict[str, Any], ...] = ()
+    """The ResourceClaimTemplates the pods claim their GPUs from (DRA; none otherwise)."""
     flags: tuple[str, ...] = SCHEDULER_FLAGS
     """The scheduler's command-line flags besides its configuration and log level."""
 
@@ -276,21 +288,30 @@ def render(
     settings: SchedulerConfig | None = None,
     score_all: bool = True,
     image: Callable[[TracePod], str] = lambda _: TRACE_IMAGE,
+    dra: bool = False,
 ) -> Rendered:
     """The scheduler's configuration for `profile` and the pods, each asking for that scheduler.
 
     `settings` and `score_all` as `scheduler_config` takes them; `image(pod)` is the pod's image.
+    With `dra` the GPU pods claim their GPUs from the claim templates (bench/dra.py).
     """
     scheduler_name, config = scheduler_config(profile, kubeconfig, settings, score_all=score_all)
     objects = tuple(
         pod_object(index, pod, scheduler_name, image(pod)) for index, pod in enumerate(pods)
     )
+    templates: tuple[dict[str, Any], ...] = ()
+    if dra:
+        objects = tuple(
+            dra_objects.claim_pod(obj, pod.gpus) for obj, pod in zip(objects, pods, strict=True)
+        )
+        templates = tuple(dra_objects.claim_templates(pod.gpus for pod in pods))
     groups = tuple(podgroup_object(job, len(members)) for job, members in jobs_of(pods).items())
     return Rendered(
         profile=profile,
         config=config,
         pods=objects,
         groups=groups,
+        templates=templates,
         flags=scheduler_flags(profile, settings),
     )
 
@@ -380,7 +401,14 @@ def measure(
     """The run's metrics; `view` is the nodes as the scheduler saw them (`ReplayCluster.view`)."""
     late = out_of_order_attempts(outcome.attempts) if len(outcome.attempts) == len(pods) else None
     metrics = compute_metrics(
-        rendered.profile, view, pods, outcome.placed, outcome.wall_s, late, outcome.messages
+        rendered.profile,
+        view,
+        pods,
+        outcome.placed,
+        outcome.wall_s,
+        late,
+        outcome.messages,
+        split_by_placement=bool(rendered.templates),
     )
     jobs = None
     if rendered.groups:
@@ -530,10 +558,11 @@ class ReplayCluster:
     With `fleet="realistic"` the nodes report allocatable as kubelets do and run the DaemonSet
     pods of bench/fleet.py before any run (see that module; `daemonsets=False` leaves the pods
     out, keeping allocatable and images); with `gangs` the API server serves PodGroups (the
-    stack's GANG_APISERVER_FLAGS), which runs of pods naming jobs need; `view` is the nodes as the
-    scheduler then sees them. Between runs every pod of the trace is deleted at once (grace
-    period 0: no kubelet ever confirms a deletion here), so each run starts from the same
-    nodes. Use as a context manager.
+    stack's GANG_APISERVER_FLAGS), which runs of pods naming jobs need; with `dra` the nodes'
+    GPUs are devices of ResourceSlices and the pods claim them (bench/dra.py); `view` is the
+    nodes as the scheduler then sees them. Between runs every pod of the trace is deleted at
+    once (grace period 0: no kubelet ever confirms a deletion here), and with `dra` every
+    claim, so each run starts from the same nodes. Use as a context manager.
     """
 
     def __init__(
@@ -544,6 +573,7 @@ class ReplayCluster:
         seed: int = 1,
         daemonsets: bool = True,
         gangs: bool = False,
+        dra: bool = False,
         threads: int = 16,
         log: Callable[[str], None] = print,
     ) -> None:
@@ -559,6 +589,9 @@ class ReplayCluster:
         self.threads = threads
         self.log = log
         self.gangs = gangs
+        self.dra = dra
+        self._claim_controller: ManagedProcess | None = None
+        self._templates: set[str] = set()
         self.cp = LocalControlPlane(GANG_APISERVER_FLAGS if gangs else ())
         self.api: _Api | None = None
         self.view = [self._seen(node) for node in nodes]
@@ -582,17 +615,49 @@ class ReplayCluster:
             self.api = _Api(self.cp.server, self.cp.ssl_context())
             started = time.monotonic()
             self.cp.create_namespace(NAMESPACE)
+            if self.dra:
+                from tools.harness.dra import device_classes
+
+                for device_class in device_classes():
+                    self.api.request("POST", dra_objects.DEVICE_CLASSES, device_class)
             _parallel(self.threads, self._create_node, self.nodes)
             self.log(f"{len(self.nodes)} nodes created in {time.monotonic() - started:.0f} s")
             if self.daemonsets:
                 self._run_daemonsets()
+            if self.dra:
+                self._claim_controller = self._controller_manager(dra_objects.CLAIM_CONTROLLER)
+                self._claim_controller.start()
         except BaseException:
-            self.cp.stop()
+            self.__exit__()
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._claim_controller is not None:
+            self._claim_controller.stop()
         self.cp.stop()
+
+    def _controller_manager(self, controllers: str) -> ManagedProcess:
+        """kube-controller-manager running only `controllers`, with the admin credentials."""
+        from tools.harness import ManagedProcess, free_port, require_tool
+
+        kubeconfig = str(self.cp.kubeconfig_path)
+        return ManagedProcess(
+            "kube-controller-manager",
+            [
+                str(require_tool("kube-controller-manager")),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                "--leader-elect=false",
+                f"--controllers={controllers}",
+                f"--kube-api-qps={CLIENT_QPS}",
+                f"--kube-api-burst={CLIENT_QPS}",
+            ],
+            self.cp.workdir / f"kube-controller-manager-{controllers}.log",
+        )
 
     def _create_node(self, node: TraceNode) -> None:
         assert self.api is not None
@@ -605,6 +670,9 @@ class ReplayCluster:
         )
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         capacity = node_capacity(node)
+        if self.dra:
+            capacity = dra_objects.dra_capacity(capacity)
+            api.request("POST", dra_objects.RESOURCE_SLICES, dra_objects.node_slice(node))
         cpu, memory = self._allocatable(node)
         status: dict[str, Any] = {
             "capacity": capacity,
@@ -630,8 +698,6 @@ class ReplayCluster:
         pods and a stock kube-scheduler binds them; both stop once every pod is bound, so
         the runs measure the scheduler under test alone.
         """
-        from tools.harness import ManagedProcess, free_port, require_tool
-
         assert self.api is not None
         api, cp = self.api, self.cp
         started = time.monotonic()
@@ -652,22 +718,7 @@ class ReplayCluster:
                 fleet.daemonset_object(spec),
             )
         kubeconfig = str(cp.kubeconfig_path)
-        manager = ManagedProcess(
-            "kube-controller-manager",
-            [
-                str(require_tool("kube-controller-manager")),
-                f"--kubeconfig={kubeconfig}",
-                f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}",
-                "--leader-elect=false",
-                "--controllers=daemonset",
-                f"--kube-api-qps={CLIENT_QPS}",
-                f"--kube-api-burst={CLIENT_QPS}",
-            ],
-            cp.workdir / "kube-controller-manager.log",
-        )
+        manager = self._controller_manager("daemonset")
         manager.start()
         _, config = scheduler_config("default", kubeconfig)
         expected = len(self.nodes) * len(fleet.DAEMONSETS)
@@ -714,6 +765,34 @@ class ReplayCluster:
             raise RuntimeError(f"pods left after deleting them all: {left[0]['metadata']['name']}")
         if self.gangs:
             self._clear_podgroups()
+        if self.dra:
+            self._clear_claims()
+
+    def _clear_claims(self, timeout: float = 600.0) -> None:
+        """Delete every claim of the replay's namespace, lifting the finalizers (the
+        scheduler's allocation protection) of those whose pods are gone: the claims' devices
+        are free again for the next run."""
+        assert self.api is not None
+        api = self.api
+        path = dra_objects.claims_path(NAMESPACE)
+        started = time.monotonic()
+        api.request("DELETE", f"{path}?timeout=300s")
+        while left := [c["metadata"]["name"] for c in api.request("GET", path)["items"]]:
+            if time.monotonic() - started > timeout:
+                raise TimeoutError(f"{len(left)} ResourceClaims left, e.g. {left[0]}")
+            _parallel(
+                self.threads,
+                lambda name: self._drop_finalizers(f"{path}/{name}"),
+                left,
+            )
+
+    def _drop_finalizers(self, path: str) -> None:
+        assert self.api is not None
+        try:
+            self.api.request("PATCH", path, {"metadata": {"finalizers": None}})
+        except RuntimeError as exc:
+            if "HTTP 404" not in str(exc):  # gone meanwhile
+                raise
 
     def _clear_podgroups(self) -> None:
         """Delete every PodGroup, lifting the finalizer the PodGroupProtection admission adds:
@@ -753,6 +832,7 @@ class ReplayCluster:
             settings=settings,
             score_all=score_all,
             image=self._image,
+            dra=self.dra,
         )
         outcome = self._schedule(rendered, timeout)
         return measure(rendered, pods, self.view, self.fleet, outcome)
@@ -771,11 +851,14 @@ class ReplayCluster:
         _parallel(
             self.threads, lambda group: api.request("POST", PODGROUPS, group), rendered.groups
         )
+        self._create_templates(rendered.templates)
         _parallel(
             self.threads,
             lambda pod: api.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod),
             rendered.pods,
         )
+        if rendered.templates:
+            self._wait_for_claims(rendered, timeout)
         total = len(rendered.pods)
         log(
             f"[{profile}] {total} pods created in "
@@ -824,6 +907,38 @@ class ReplayCluster:
             exposition=exposition,
             bound_order=tuple(decisions.bound_order),
         )
+
+    def _create_templates(self, templates: Sequence[dict[str, Any]]) -> None:
+        """Create the claim templates not yet in the replay's namespace (once per cluster)."""
+        if templates and not self.dra:
+            raise ValueError("the pods claim GPUs through DRA: start ReplayCluster with dra=True")
+        assert self.api is not None
+        for template in templates:
+            name = template["metadata"]["name"]
+            if name not in self._templates:
+                self.api.request("POST", dra_objects.templates_path(NAMESPACE), template)
+                self._templates.add(name)
+
+    def _wait_for_claims(self, rendered: Rendered, timeout: float) -> None:
+        """Wait until kube-controller-manager made every pod's claims and named them in the
+        pods' status: the scheduler's PreEnqueue holds back a pod whose claim is missing, which
+        would put it in its queue out of arrival order."""
+        assert self.api is not None and self._claim_controller is not None
+        controller = self._claim_controller
+        wanted = sum(1 for pod in rendered.pods if pod["spec"].get("resourceClaims"))
+        started = time.monotonic()
+        while True:
+            pods = self.api.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+            made = dra_objects.claims_made(pods)
+            if made >= wanted:
+                break
+            if not controller.running():
+                raise RuntimeError(f"kube-controller-manager exited\n{controller.tail()}")
+            if time.monotonic() - started > timeout:
+                raise TimeoutError(f"claims of {wanted - made} pods not made after {timeout:.0f} s")
+            self.log(f"[{rendered.profile}] claims made for {made}/{wanted} pods")
+            time.sleep(5)
+        self.log(f"[{rendered.profile}] {wanted} claims made in {time.monotonic() - started:.0f} s")
 
     def time_job(
         self,

@@ -184,6 +184,8 @@ def compute_metrics(
     wall_s: float,
     out_of_order: int | None = None,
     messages: Sequence[str] | None = None,
+    *,
+    split_by_placement: bool = False,
 ) -> Metrics:
     """Metrics of one run; `placed[i]` is pod i's node, or None if it was rejected.
 
@@ -194,6 +196,11 @@ def compute_metrics(
 
     Pods are taken in trace order and never leave, so the GPUs allocated when pod i was
     decided are those of the bound pods before it.
+
+    With `split_by_placement` a rejection is GPU-fragmented when no node had the pod's GPUs
+    free, counted from those bound pods and each node's GPUs, not from the message: for GPUs
+    claimed through DRA the message cannot tell (kube-scheduler reports only a node's first
+    failing filter, and NodeResourcesFit's cpu and memory come before DynamicResources' devices).
     """
     if len(placed) != len(pods):
         raise ValueError(f"{len(placed)} outcomes for {len(pods)} pods")
@@ -208,22 +215,30 @@ def compute_metrics(
     gpu_frag = stranded = 0
     rejected: Counter[int] = Counter()
     curve = []
+    free_gpus = {n.name: n.gpus for n in nodes}
     for index, (pod, node) in enumerate(zip(pods, placed, strict=True)):
         arrived += pod.gpus
         arrived_shared += pod.gpu_share
         if node is not None:
             allocated += pod.gpus
             shared += pod.gpu_share
+            if node in free_gpus:
+                free_gpus[node] -= pod.gpus
         else:
             rejected[pod.gpus] += 1
             if pod.gpus > 0 and total - allocated >= pod.gpus and can_fit[index]:
                 if first is None:
                     first = (index, pod.gpus, allocated / total, shared / total)
-                if messages and no_node_has_gpus(messages[index]):
+                no_node: bool | None = None  # None: the run cannot tell
+                if split_by_placement:
+                    no_node = max(free_gpus.values()) < pod.gpus
+                elif messages:
+                    no_node = no_node_has_gpus(messages[index])
+                if no_node:
                     gpu_frag += 1
                     if first_gpu_frag is None:
                         first_gpu_frag = allocated / total
-                elif messages:
+                elif no_node is not None:
                     stranded += 1
         curve.append((arrived / total, allocated / total, arrived_shared / total, shared / total))
     return Metrics(

@@ -22,6 +22,11 @@ pod status, and the scheduler sees the same objects either way.
 
     .venv/bin/python -m bench.scheduler_scale ../shared/traces/openb --nodes 1213,5000,15000
     .venv/bin/python -m bench.scheduler_scale ../shared/traces/openb --fleets bare,realistic
+
+With --dra the nodes' GPUs are devices of ResourceSlices and the GPU pods claim them through
+ResourceClaims (bench/dra.py; default CSV: bench/results/dra-replay/throughput.csv); the time
+kube-controller-manager takes to make the claims comes before the scheduler starts and is not
+counted.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from bench import SCHEDULER_THROUGHPUT, write_rows
+from bench import DRA_REPLAY, SCHEDULER_THROUGHPUT, write_rows
 from bench.openb_trace import (
     DEFAULT_NODES_FILE,
     DEFAULT_PODS_FILE,
@@ -48,6 +53,8 @@ from bench.replay_results import Metrics, milliseconds
 
 PROFILES = ("default", "binpack", "fragmentation")
 DEFAULT_CSV = SCHEDULER_THROUGHPUT / "throughput.csv"
+DRA_CSV = DRA_REPLAY / "throughput.csv"
+"""The default CSV with --dra."""
 FIELDS = (
     "fleet",
     "nodes",
@@ -119,7 +126,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--csv", type=Path, default=DEFAULT_CSV, help="CSV to write (default: %(default)s)"
     )
     parser.add_argument("--threads", type=int, default=16, help="parallel object creation")
+    parser.add_argument(
+        "--dra",
+        action="store_true",
+        help="GPUs as ResourceSlice devices, claimed through ResourceClaims (bench/dra.py)",
+    )
     args = parser.parse_args(argv)
+    if args.dra and args.csv == DEFAULT_CSV:
+        args.csv = DRA_CSV
     counts = node_counts(parser, args.nodes)
     profiles = comma_choices(parser, "--profiles", args.profiles, PROFILES)
     fleets = comma_choices(parser, "--fleets", args.fleets, FLEETS)
@@ -130,7 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: list[Metrics] = []
     for kind, count in itertools.product(fleets, counts):
         nodes = fleet_of(trace_nodes, count)
-        with ReplayCluster(nodes, fleet=kind, daemonsets=False, threads=args.threads) as cluster:
+        with ReplayCluster(
+            nodes, fleet=kind, daemonsets=False, dra=args.dra, threads=args.threads
+        ) as cluster:
             for profile in profiles:
                 settings = STACK_SETTINGS[profile]() if profile in STACK_SETTINGS else None
                 results.append(cluster.run(profile, pods, settings=settings, score_all=False))

@@ -308,7 +308,7 @@ class _SlowDeleteApi:
 def test_openb_clearing_pods_asks_again_when_the_api_server_times_out() -> None:
     cluster: Any = object.__new__(ReplayCluster)  # no control plane: only the API is used
     slow = _SlowDeleteApi(timeouts=2)
-    cluster.api, cluster.gangs = slow, False
+    cluster.api, cluster.gangs, cluster.dra = slow, False, False
     cluster._clear_pods()
     assert slow.deletes == 3
     cluster.api = _SlowDeleteApi(timeouts=5)

@@ -29,6 +29,8 @@ def _default_outputs() -> dict[str, Path]:
         for module in (openb_replay, binpack_sweep, scheduler_scale, scale, local_stack, gang_scale)
     }
     outputs["bench.openb_replay (a trace with jobs)"] = openb_replay.JOBS_CSV
+    outputs["bench.openb_replay --dra"] = openb_replay.DRA_CSV
+    outputs["bench.scheduler_scale --dra"] = scheduler_scale.DRA_CSV
     return outputs
 
 
