@@ -146,9 +146,8 @@ def test_a_program_error_after_the_claim_is_declared_ends_the_run_and_applies_no
     monkeypatch.setattr(components, "OpaGate", broken)
     workdir = tmp_path_factory.mktemp("e2e-program-error")
     with AppliedStack(STACK, workdir) as applied:
-        namespaces = {
-            n.metadata.name for n in client.CoreV1Api(applied.api_client()).list_namespace().items
-        }
+        core: Any = client.CoreV1Api(applied.api_client())
+        namespaces = {n.metadata.name for n in core.list_namespace().items}
         outcome: list[BaseException] = []
 
         def run() -> None:
@@ -163,5 +162,4 @@ def test_a_program_error_after_the_claim_is_declared_ends_the_run_and_applies_no
         assert not thread.is_alive(), "up hung after the program error"
         assert outcome and "the gate layer broke" in str(outcome[0])
         assert applied.node_state() == applied.nodes_before
-        core = client.CoreV1Api(applied.api_client())
         assert {n.metadata.name for n in core.list_namespace().items} == namespaces
