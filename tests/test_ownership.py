@@ -191,17 +191,9 @@ def test_ownership_a_namespace_without_settings_is_named_by_its_layer() -> None:
     assert "createNamespace" not in str(problem)
 
 
-def test_ownership_a_check_that_breaks_fails_the_run_instead_of_holding_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Everything waits for the verdict: an error inside the check reaches the program (which
-    then fails, naming it) rather than leaving the verdict unanswered and the run waiting."""
-    from components import ownership
-
-    def broken(*_args: object, **_kwargs: object) -> list[object]:
-        raise RuntimeError("the check broke")
-
-    monkeypatch.setattr(ownership, "object_problems", broken)
+def _failures_of_a_dev_run() -> list[BaseException]:
+    """What a run of the dev program ends with (in a thread of its own, with its own event
+    loop); fails the test when the run is still waiting after 60 s."""
     failure: list[BaseException] = []
 
     def run() -> None:
@@ -215,7 +207,21 @@ def test_ownership_a_check_that_breaks_fails_the_run_instead_of_holding_it(
     thread.start()
     thread.join(timeout=60)
     assert not thread.is_alive(), "the run still waits for the verdict"
-    assert [str(f) for f in failure] == ["the check broke"]
+    return failure
+
+
+def test_ownership_a_check_that_breaks_fails_the_run_instead_of_holding_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Everything waits for the verdict: an error inside the check reaches the program (which
+    then fails, naming it) rather than leaving the verdict unanswered and the run waiting."""
+    from components import ownership
+
+    def broken(*_args: object, **_kwargs: object) -> list[object]:
+        raise RuntimeError("the check broke")
+
+    monkeypatch.setattr(ownership, "object_problems", broken)
+    assert [str(f) for f in _failures_of_a_dev_run()] == ["the check broke"]
 
 
 def test_ownership_a_program_that_breaks_before_the_check_fails_the_run_instead_of_holding_it(
@@ -230,17 +236,4 @@ def test_ownership_a_program_that_breaks_before_the_check_fails_the_run_instead_
         raise RuntimeError("a layer broke")
 
     monkeypatch.setattr(components, "OpaGate", broken)
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        asyncio.set_event_loop(asyncio.new_event_loop())
-        try:
-            run_program("dev")
-        except BaseException as exc:  # what the run ends with
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(timeout=60)
-    assert not thread.is_alive(), "the run still waits for the verdict"
-    assert [str(f) for f in failure] == ["a layer broke"]
+    assert [str(f) for f in _failures_of_a_dev_run()] == ["a layer broke"]

@@ -40,9 +40,8 @@ from pydantic import Field, model_validator
 
 from components.charts import helm_chart
 from components.cluster_access import ClusterAccess, ClusterLayer
-from components.gpu_operator.settings import DcgmTarget
+from components.gpu_operator.settings import Allocation, DcgmTarget
 from components.gpu_resources import WHOLE_GPU, GpuResources
-from components.monitoring_stack.gpu_series import GpuAllocation
 from components.monitoring_stack.manifests import (
     GATE_ALERTS_RULE,
     dashboard_config_map,
@@ -85,7 +84,7 @@ class MonitoringStackArgs(MonitoringStackSettings):
     kube-state-metrics exports them."""
 
     @property
-    def allocation(self) -> GpuAllocation:
+    def allocation(self) -> Allocation:
         """The allocation model the dashboard and alerts count GPUs by."""
         return "dra" if self.device_classes else "device-plugin"
 

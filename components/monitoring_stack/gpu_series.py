@@ -26,9 +26,6 @@ from typing import Any
 
 from components.gpu_operator.settings import DRA_DRIVER, Allocation
 
-# How the GPUs reach pods, and the DRA driver's name (ResourceSlice spec.driver, claim results'
-# driver): the GpuOperator layer's.
-GpuAllocation = Allocation
 RESOURCE_API_GROUP = "resource.k8s.io"
 RESOURCE_API_VERSION = "v1"
 
@@ -98,7 +95,7 @@ _DRA: Mapping[str, str] = {
     ),
     "allocator": "NVIDIA DRA driver's kubelet plugin",
 }
-SERIES: Mapping[GpuAllocation, Mapping[str, str]] = {"device-plugin": _DEVICE_PLUGIN, "dra": _DRA}
+SERIES: Mapping[Allocation, Mapping[str, str]] = {"device-plugin": _DEVICE_PLUGIN, "dra": _DRA}
 
 
 def _regex(names: tuple[str, ...]) -> str:
@@ -107,7 +104,7 @@ def _regex(names: tuple[str, ...]) -> str:
 
 
 def series(
-    allocation: GpuAllocation, *, dashboard: bool, device_classes: tuple[str, ...] = ()
+    allocation: Allocation, *, dashboard: bool, device_classes: tuple[str, ...] = ()
 ) -> dict[str, str]:
     """Placeholder (`$gpus_<name>`) -> text for `allocation`: with the dashboard's node matcher
     or (rules) none. `device_classes` are the DeviceClasses a GPU claim names (dra)."""

@@ -19,10 +19,9 @@ from typing import Any
 import yaml
 
 from components.gpu_operator.manifests import deep_merge
-from components.gpu_operator.settings import DcgmTarget
+from components.gpu_operator.settings import Allocation, DcgmTarget
 from components.gpu_resources import GpuResources
 from components.monitoring_stack import gpu_series
-from components.monitoring_stack.gpu_series import GpuAllocation
 from components.monitoring_stack.settings import (
     KUBE_STATE_METRICS,
     LABELS_ALLOWLIST,
@@ -126,7 +125,7 @@ def gpu_dashboard(
     resources: GpuResources,
     path: Path = DASHBOARD_FILE,
     *,
-    allocation: GpuAllocation = "device-plugin",
+    allocation: Allocation = "device-plugin",
     device_classes: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The GPU dashboard as deployed: its `$gpus_<name>` placeholders filled in for
@@ -157,7 +156,7 @@ def rule_groups(
     resources: GpuResources,
     *,
     dcgm_scraped: bool = True,
-    allocation: GpuAllocation = "device-plugin",
+    allocation: Allocation = "device-plugin",
     device_classes: tuple[str, ...] = (),
     path: Path = RULES_FILE,
 ) -> list[dict[str, Any]]:
@@ -247,7 +246,7 @@ def dcgm_endpoint(port: str, interval: str) -> dict[str, Any]:
 def stack_values(
     settings: MonitoringStackSettings,
     grafana_secret: str,
-    allocation: GpuAllocation = "device-plugin",
+    allocation: Allocation = "device-plugin",
 ) -> dict[str, Any]:
     """The chart values: CRD upgrades, selectors, Grafana admin Secret and sidecar, then
     `settings.values`, then the node label the GPU alerts read in kube-state-metrics'
@@ -361,7 +360,7 @@ def gpu_alerts_rule(
     namespace: object,
     *,
     dcgm_scraped: bool,
-    allocation: GpuAllocation = "device-plugin",
+    allocation: Allocation = "device-plugin",
     device_classes: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The PrometheusRule gpu-alerts: gpu.rules.yaml as deployed (rule_groups)."""

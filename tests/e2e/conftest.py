@@ -7,8 +7,9 @@ Without the tools the tests skip with the reason; under CI=true a missing tool f
 from __future__ import annotations
 
 import os
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +74,23 @@ def namespace_fixture(applied: AppliedStack) -> Iterator[str]:
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
     core.delete_namespace(name)
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float) -> Any:
+    """check()'s first truthy result; fails the test naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not seen within {timeout:.0f} s", pytrace=False)
+        time.sleep(0.2)
+
+
+def scheduled_by(core: Any, namespace: str, name: str) -> set[str]:
+    """The components that reported scheduling the pod (its Scheduled events)."""
+    events = core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name},reason=Scheduled"
+    ).items
+    return {e.reporting_component or (e.source.component if e.source else "") for e in events}

@@ -13,7 +13,6 @@ scheduler; a second `up` changes nothing; `destroy` removes what the stack made 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,7 +25,7 @@ from tools.harness.charts import release_values
 from tools.harness.pulumi_engine import project_config as stack_config
 from tools.harness.stack import AppliedStack
 
-from .conftest import apply_stack
+from .conftest import apply_stack, scheduled_by, wait_for
 
 DRA_OPERATOR = {
     **stack_config("local")["gpuOperator"],
@@ -63,14 +62,7 @@ def _resource(applied: AppliedStack, kind: str) -> Any:
 
 
 def _wait(what: str, check: Any, timeout: float = WAIT_SECONDS) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not within {timeout:.0f} s")
-        time.sleep(0.5)
+    return wait_for(what, check, timeout)
 
 
 def _running(core: Any, namespace: str, name: str) -> Any:
@@ -84,13 +76,6 @@ def _running(core: Any, namespace: str, name: str) -> Any:
         pod = core.read_namespaced_pod(name, namespace)
         conditions = [(c.type, c.status, c.message) for c in pod.status.conditions or []]
         pytest.fail(f"pod {name} not Running: {conditions}")
-
-
-def _scheduled_by(core: Any, namespace: str, name: str) -> set[str]:
-    events = core.list_namespaced_event(
-        namespace, field_selector=f"involvedObject.name={name},reason=Scheduled"
-    ).items
-    return {e.reporting_component or (e.source.component if e.source else "") for e in events}
 
 
 def _template(
@@ -163,7 +148,7 @@ def test_a_gpu_claim_pod_is_routed_and_bound_by_the_stack_scheduler_with_its_dev
     pod = _running(core, namespace, "train")
     scheduler = applied.outputs["schedulerName"]
     assert pod.spec.scheduler_name == scheduler
-    assert _scheduled_by(core, namespace, "train") == {scheduler}
+    assert scheduled_by(core, namespace, "train") == {scheduler}
     assert pod.spec.node_name in applied.gpu_nodes
     held = _allocated(applied, namespace, "train")
     assert len(held) == 2, held
@@ -217,7 +202,7 @@ def test_a_pod_asking_for_the_gpu_class_as_an_extended_resource_is_routed_and_bo
     core.create_namespaced_pod(namespace, pod)
     running = _running(core, namespace, "infer")
     scheduler = applied.outputs["schedulerName"]
-    assert _scheduled_by(core, namespace, "infer") == {scheduler}
+    assert scheduled_by(core, namespace, "infer") == {scheduler}
     assert running.spec.node_name in applied.gpu_nodes
     status = running.status.extended_resource_claim_status
     assert status is not None and status.resource_claim_name, running.status
@@ -260,7 +245,7 @@ def test_a_nic_claim_pod_is_not_routed(applied: AppliedStack, namespace: str, ni
     core.create_namespaced_pod(namespace, _claim_pod("fetch", "nic"))
     pod = _running(core, namespace, "fetch")
     assert pod.spec.scheduler_name == DEFAULT_SCHEDULER
-    assert _scheduled_by(core, namespace, "fetch") == {DEFAULT_SCHEDULER}
+    assert scheduled_by(core, namespace, "fetch") == {DEFAULT_SCHEDULER}
     assert pod.spec.node_name == nic
     assert _allocated(applied, namespace, "fetch") == [(NIC_DRIVER, nic, "eth1")]
 

@@ -51,7 +51,7 @@ from tools.harness import free_port
 from tools.harness.certs import CertificateAuthority, write_private
 from tools.harness.stack import AppliedStack
 
-from .conftest import apply_stack
+from .conftest import apply_stack, wait_for
 
 GPU = "nvidia.com/gpu"
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -79,14 +79,7 @@ def _core(applied: AppliedStack) -> Any:
 
 
 def _wait(what: str, check: Callable[[], Any], timeout: float = WAIT_SECONDS) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not seen within {timeout:.0f} s", pytrace=False)
-        time.sleep(0.2)
+    return wait_for(what, check, timeout)
 
 
 # ---------------------------------------------------------------------- the pool's CPU

@@ -28,7 +28,7 @@ from tools.harness.charts import release_values
 from tools.harness.pulumi_engine import project_config as stack_config
 from tools.harness.stack import AppliedStack, StackError
 
-from .conftest import apply_stack, require_e2e_tools
+from .conftest import apply_stack, require_e2e_tools, scheduled_by
 
 # The engine that routes GPU pods (components/opa_gate/settings.py), and what both native engines and
 # the webhook are named by.
@@ -79,13 +79,6 @@ def _wait_pod(core: Any, namespace: str, name: str, timeout: float = 60.0) -> An
             conditions = [(c.type, c.status, c.message) for c in pod.status.conditions or []]
             pytest.fail(f"pod {name} not Running after {timeout:.0f} s: {conditions}")
         time.sleep(0.5)
-
-
-def _scheduled_by(core: Any, namespace: str, name: str) -> set[str]:
-    events = core.list_namespaced_event(
-        namespace, field_selector=f"involvedObject.name={name},reason=Scheduled"
-    ).items
-    return {e.reporting_component or (e.source.component if e.source else "") for e in events}
 
 
 def _state(applied: AppliedStack) -> dict[str, dict[str, Any]]:
@@ -171,7 +164,7 @@ def test_gpu_pod_is_admitted_bound_by_the_stack_scheduler_and_stays(
     core.create_namespaced_pod(namespace, _gpu_pod(name, scheduler))
     pod = _wait_pod(core, namespace, name)
     assert pod.spec.node_name in applied.gpu_nodes
-    assert _scheduled_by(core, namespace, name) == {scheduler}
+    assert scheduled_by(core, namespace, name) == {scheduler}
     time.sleep(SETTLE_SECONDS)
     pod = core.read_namespaced_pod(name, namespace)
     assert pod.metadata.deletion_timestamp is None, "the GPU pod was evicted"
@@ -224,7 +217,7 @@ def test_a_gang_of_gpu_workers_waits_whole_while_the_pool_is_full_then_starts_wh
     assert started.pop(gang.launcher) not in applied.gpu_nodes, "the launcher is on the pool"
     assert set(started.values()) <= set(applied.gpu_nodes)
     for name in [*started, gang.launcher]:
-        assert _scheduled_by(core, namespace, name) == {scheduler}
+        assert scheduled_by(core, namespace, name) == {scheduler}
 
 
 def test_gpu_pod_without_the_scheduler_name_is_refused_by_a_reject_only_gate(
@@ -265,7 +258,7 @@ def test_gpu_pod_without_the_scheduler_name_is_routed_bound_by_the_stack_schedul
     assert len(covering) == 1, created.spec.tolerations
     pod = _wait_pod(core, namespace, name)
     assert pod.spec.node_name in applied.gpu_nodes
-    assert _scheduled_by(core, namespace, name) == {scheduler}
+    assert scheduled_by(core, namespace, name) == {scheduler}
     time.sleep(SETTLE_SECONDS)
     pod = core.read_namespaced_pod(name, namespace)
     assert pod.metadata.deletion_timestamp is None, "the routed GPU pod was evicted"
@@ -509,7 +502,7 @@ def test_the_fragmentation_scheduler_keeps_whole_nodes_for_whole_node_pods(
         for name, gpus in (("two-a", 2), ("two-b", 2), ("four-a", 4), ("four-b", 4)):
             core.create_namespaced_pod(namespace, _gpu_pod(name, scheduler, gpus))
             pod = _wait_pod(core, namespace, name)
-            assert _scheduled_by(core, namespace, name) == {scheduler}
+            assert scheduled_by(core, namespace, name) == {scheduler}
             nodes.append(pod.spec.node_name)
         two_a, two_b, four_a, four_b = nodes
         assert two_a == two_b, f"2-GPU pods on {two_a} and {two_b}: a whole node was broken"

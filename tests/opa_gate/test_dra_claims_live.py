@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from components.opa_gate.manifests import (
@@ -41,7 +40,14 @@ from components.opa_gate.manifests import (
 from components.opa_gate.settings import GATE_NAME
 from components.tainted_gpu_pool.settings import Taint
 from tests.integration.conftest import require_tools
-from tests.integration.gate_live import admitted, refusal, stored_tolerations, tolerates, wait_for
+from tests.integration.gate_live import (
+    admitted,
+    create,
+    refusal,
+    stored_tolerations,
+    tolerates,
+    wait_for,
+)
 from tests.opa_gate.gate_samples import (
     DRA_ENGINES,
     RESOURCE_API,
@@ -179,14 +185,8 @@ def _gate_objects(engine: str) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 def _create(api_client: Any, pod: Any) -> str | None:
-    try:
-        client.CoreV1Api(api_client).create_namespaced_pod(GATED_NAMESPACE, pod, dry_run="All")
-    except ApiException as exc:
-        message = refusal(exc)
-        if message is None:
-            raise
-        return message
-    return None
+    """Dry-run create in the gated namespace: None when admitted, else the refusal."""
+    return create(api_client, GATED_NAMESPACE, pod)
 
 
 # For each claim kind, a sample naming a GPU object of that kind.
