@@ -148,7 +148,12 @@ with ClusterAccess.create(
                 config.admission.external_gpu_operator_namespace
             ),
             gang_pods=config.scheduler.gang_scheduling,
+            # Layer 8's classes (none when it is off) are for GPU pods, and the namespaces listed.
+            priority_classes=config.priority_classes.created_names(),
+            priority_class_namespaces=config.priority_classes.allowed_namespaces,
             device_classes=config.gpu_operator.device_classes(),
+            device_drivers=config.gpu_operator.device_drivers(),
+            allocator=scheduler.identity,
         ),
     )
 

@@ -47,6 +47,13 @@ def is_qualified_name(value: str) -> bool:
     return 0 < len(name) <= 63 and _QUALIFIED_NAME_PART.fullmatch(name) is not None
 
 
+def service_account_user(namespace: str, name: str) -> str:
+    """The username the API server authenticates a ServiceAccount's tokens as.
+    Ref: https://kubernetes.io/docs/reference/access-authn-authz/authentication/#service-account-tokens
+    """
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
 def extended_resource_problem(name: str) -> str | None:
     """Why `name` is not an extended resource name (Kubernetes' IsExtendedResourceName: domain/name
     outside the kubernetes.io domain, not starting with `requests.`, a qualified name once

@@ -18,6 +18,9 @@
 # (spec.schedulingGroup) that asks for no GPU and is no pool pod, a launcher say, is denied off
 # the binpack scheduler too: a gang whose members go to two schedulers never starts whole, and
 # admission cannot see whether the group's other pods ask for GPUs.
+# With priority_classes (the stack's PriorityClasses, layer 8), a pod CREATE that names one of
+# them in spec.priorityClassName but asks for no GPU is denied, unless its namespace is one of
+# priority_class_namespaces: those classes preempt other pods, and are for GPU work only.
 # Not judged: a node's mirror pods of its static pods, and the GPU Operator's own pods
 # (operator_pods.* of data.gpu_cluster.config).
 #
@@ -33,7 +36,7 @@ baseline_gpu_resources := {"nvidia.com/gpu"}
 # Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-mig.html
 baseline_gpu_resource_prefixes := {"nvidia.com/mig-"}
 
-config_lists := ["gpu_resources", "gpu_resource_prefixes"]
+config_lists := ["gpu_resources", "gpu_resource_prefixes", "priority_classes", "priority_class_namespaces"]
 
 operator_keys := ["operator_pods.namespace", "operator_pods.creators", "operator_pods.daemonset_controllers"]
 
@@ -449,6 +452,31 @@ gang_pod if {
 	non_empty_string(spec.schedulingGroup.podGroupName)
 }
 
+# The stack's PriorityClasses (priority_classes; absent or empty: none, the rule is off) may
+# preempt other pods: a pod being created may name one only when it asks for a GPU, or when its
+# namespace is one of priority_class_namespaces. The Priority admission plugin refuses a
+# spec.priority that its class does not give, so the class name is all there is to judge; it
+# cannot change after creation.
+# Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/pod-priority-preemption/
+stack_priority_classes := list_items(config.priority_classes)
+
+priority_class_namespaces := list_items(config.priority_class_namespaces)
+
+stack_priority_class := name if {
+	pod_create
+	name := spec.priorityClassName
+	is_string(name)
+	name in stack_priority_classes
+}
+
+priority_class_namespace if request.namespace in priority_class_namespaces
+
+default priority_classes_allowed := " only"
+
+priority_classes_allowed := sprintf(" and pods in namespaces: %s", [concat(", ", priority_class_namespaces)]) if {
+	count(priority_class_namespaces) > 0
+}
+
 # Decisions
 
 deny contains msg if {
@@ -519,6 +547,20 @@ deny contains msg if {
 	msg := sprintf(
 		`pod "%s" requests %s but the GPU scheduler gate is not configured (%s); GPU pods are refused until it is`,
 		[pod_display, resource, concat("; ", config_errors)],
+	)
+}
+
+# A pod that asks for no GPU and names one of the stack's PriorityClasses, outside the
+# namespaces that may use them.
+deny contains msg if {
+	not exempt
+	count(config_errors) == 0
+	count(requested_gpu_resources) == 0
+	class := stack_priority_class
+	not priority_class_namespace
+	msg := sprintf(
+		`pod "%s" sets spec.priorityClassName: %s but requests no GPU; the stack's PriorityClasses (%s) are for GPU pods%s`,
+		[pod_display, class, concat(", ", stack_priority_classes), priority_classes_allowed],
 	)
 }
 

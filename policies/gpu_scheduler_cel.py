@@ -212,3 +212,30 @@ def webhook_conditions(params: Mapping[str, str]) -> list[dict[str, str]]:
         {"name": c["name"], "expression": with_params(inline(c["expression"], variables()), params)}
         for c in _load()["webhook"]["matchConditions"]
     ]
+
+
+# --------------------------------------------------------------------------- allocations
+
+
+def allocation_variables(
+    *, allocator: str, scheduler_name: str, drivers: Sequence[str]
+) -> list[dict[str, str]]:
+    """The allocation policy's variables (DRA mode): the file's, after the values it marks
+    `written`, written in: `allocator` (the username of the one identity that may allocate a
+    GPU device), `scheduler_name` (named in the refusal) and the GPU `drivers`."""
+    section = _load()["allocations"]
+    written = {"allocator": allocator, "schedulerName": scheduler_name, "drivers": list(drivers)}
+    if sorted(written) != sorted(section["written"]):
+        raise ValueError(f"allocation policy values {sorted(section['written'])} are written in")
+    return [
+        *({"name": name, "expression": literal(written[name])} for name in section["written"]),
+        *(dict(v) for v in section["variables"]),
+    ]
+
+
+def allocation_validations() -> list[dict[str, str]]:
+    """The allocation policy's validations."""
+    return [
+        {k: v[k] for k in v if k in _VALIDATION_FIELDS}
+        for v in _load()["allocations"]["validations"]
+    ]

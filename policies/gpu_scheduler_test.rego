@@ -893,3 +893,164 @@ test_a_malformed_gang_switch_is_a_configuration_error if {
 	deny == {`pod "team-a/train-0" requests nvidia.com/gpu but the GPU scheduler gate is not configured (gang_pods must be true or false); GPU pods are refused until it is`} with input as gpu_pod_review(binpack)
 		with data.gpu_cluster.config as object.union(gate_config, {"gang_pods": "yes"})
 }
+
+# The stack's PriorityClasses: only pods that ask for a GPU, or pods in the listed namespaces,
+# may name them.
+
+priority_config := object.union(gang_config, {
+	"priority_classes": "gpu-batch,gpu-inference,gpu-training",
+	"priority_class_namespaces": "ml-serving,web",
+})
+
+priority_message(class, allowed) := sprintf(`pod "team-a/train-0" sets spec.priorityClassName: %s but requests no GPU; the stack's PriorityClasses (gpu-batch, gpu-inference, gpu-training) are for GPU pods%s`, [class, allowed])
+
+priority_denial(class) := priority_message(class, " and pods in namespaces: ml-serving, web")
+
+named_class(class, spec_overrides) := object.union({"priorityClassName": class}, spec_overrides)
+
+test_deny_a_cpu_pod_naming_a_stack_priority_class if {
+	deny == {priority_denial("gpu-inference")} with input as review_of({"spec": named_class("gpu-inference", {})})
+		with data.gpu_cluster.config as priority_config
+}
+
+# The stack's scheduler gives a CPU pod no right to the class.
+test_deny_a_cpu_pod_naming_a_stack_priority_class_on_the_scheduler if {
+	deny == {priority_denial("gpu-batch")} with input as review_of({"spec": named_class("gpu-batch", binpack)})
+		with data.gpu_cluster.config as priority_config
+}
+
+test_allow_a_gpu_pod_naming_a_stack_priority_class if {
+	count(deny) == 0 with input as gpu_pod_review(named_class("gpu-inference", binpack))
+		with data.gpu_cluster.config as priority_config
+}
+
+test_a_gpu_pod_naming_a_stack_priority_class_is_judged_as_a_gpu_pod_only if {
+	deny == {unset_gpu_denial} with input as gpu_pod_review(named_class("gpu-inference", {}))
+		with data.gpu_cluster.config as priority_config
+}
+
+test_deny_zero_gpus_naming_a_stack_priority_class if {
+	deny == {priority_denial("gpu-inference")} with input as gpu_pod_review(named_class("gpu-inference", object.union(binpack, {"containers": [container("main", {"limits": {"nvidia.com/gpu": "0"}})]})))
+		with data.gpu_cluster.config as priority_config
+}
+
+test_deny_a_resource_that_is_no_gpu_naming_a_stack_priority_class if {
+	deny == {priority_denial("gpu-training")} with input as gpu_pod_review(named_class("gpu-training", object.union(binpack, {"containers": [container("main", {"limits": {"nvidia.com/hostdev": "1"}})]})))
+		with data.gpu_cluster.config as priority_config
+}
+
+test_allow_a_gpu_init_container_naming_a_stack_priority_class if {
+	count(deny) == 0 with input as gpu_pod_review(named_class("gpu-training", object.union(binpack, {
+		"containers": [container("main", cpu_only)],
+		"initContainers": [container("warmup", gpu_limit)],
+	})))
+		with data.gpu_cluster.config as priority_config
+}
+
+# Every claim is a GPU request to the Rego policy (OPA is refused with DRA).
+test_allow_a_resource_claim_naming_a_stack_priority_class if {
+	count(deny) == 0 with input as review_of({"spec": named_class("gpu-inference", object.union(binpack, {
+		"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+		"containers": [container("main", {"claims": [{"name": "gpu"}]})],
+	}))})
+		with data.gpu_cluster.config as priority_config
+}
+
+test_allow_a_priority_class_that_is_not_the_stacks if {
+	count(deny) == 0 with input as review_of({"spec": named_class("team-high", {})})
+		with data.gpu_cluster.config as priority_config
+	count(deny) == 0 with input as review_of({"spec": named_class("system-cluster-critical", {})})
+		with data.gpu_cluster.config as priority_config
+	count(deny) == 0 with input as review_of({"spec": named_class("gpu-inference-2", {})})
+		with data.gpu_cluster.config as priority_config
+}
+
+test_allow_a_stack_priority_class_in_an_allowed_namespace if {
+	pod := make_pod({"metadata": {"namespace": "web"}, "spec": named_class("gpu-inference", {})})
+	count(deny) == 0 with input as make_review(pod, {"namespace": "web"})
+		with data.gpu_cluster.config as priority_config
+}
+
+# The request's namespace, which the API server sets, decides.
+test_the_allowed_namespace_is_the_requests if {
+	pod := make_pod({"metadata": {"namespace": "web"}, "spec": named_class("gpu-inference", {})})
+	deny == {`pod "web/train-0" sets spec.priorityClassName: gpu-inference but requests no GPU; the stack's PriorityClasses (gpu-batch, gpu-inference, gpu-training) are for GPU pods and pods in namespaces: ml-serving, web`} with input as make_review(pod, {"namespace": "team-a"})
+		with data.gpu_cluster.config as priority_config
+}
+
+test_an_allowed_namespace_lifts_no_other_rule if {
+	pod := make_pod({"metadata": {"namespace": "web"}, "spec": named_class("gpu-inference", {"containers": [container("main", gpu_limit)]})})
+	deny == {`pod "web/train-0" requests nvidia.com/gpu but spec.schedulerName is unset; GPU pods must set spec.schedulerName: gpu-binpack-scheduler`} with input as make_review(pod, {"namespace": "web"})
+		with data.gpu_cluster.config as priority_config
+}
+
+test_no_allowed_namespaces_say_so if {
+	config := object.remove(priority_config, ["priority_class_namespaces"])
+	deny == {priority_message("gpu-inference", " only")} with input as review_of({"spec": named_class("gpu-inference", {})})
+		with data.gpu_cluster.config as config
+	deny == {priority_message("gpu-inference", " only")} with input as review_of({"spec": named_class("gpu-inference", {})})
+		with data.gpu_cluster.config as object.union(priority_config, {"priority_class_namespaces": ""})
+}
+
+test_allow_any_priority_class_without_the_stacks_classes if {
+	count(deny) == 0 with input as review_of({"spec": named_class("gpu-inference", {})})
+		with data.gpu_cluster.config as gang_config
+	count(deny) == 0 with input as review_of({"spec": named_class("gpu-inference", {})})
+		with data.gpu_cluster.config as object.union(gang_config, {"priority_classes": ""})
+}
+
+test_deny_a_pool_pod_naming_a_stack_priority_class if {
+	deny == {priority_denial("gpu-batch")} with input as pool_pod_review(tolerates_pool, named_class("gpu-batch", binpack))
+		with data.gpu_cluster.config as priority_config
+	deny == {priority_denial("gpu-batch"), pool_denial(`"default-scheduler"`)} with input as pool_pod_review(tolerates_pool, named_class("gpu-batch", {"schedulerName": "default-scheduler"}))
+		with data.gpu_cluster.config as priority_config
+}
+
+test_deny_a_gang_launcher_naming_a_stack_priority_class if {
+	deny == {priority_denial("gpu-training")} with input as review_of({"spec": named_class("gpu-training", object.union(in_group, binpack))})
+		with data.gpu_cluster.config as priority_config
+}
+
+test_allow_the_operators_pod_naming_a_stack_priority_class if {
+	pod := make_pod({"metadata": {"namespace": "gpu-operator"}, "spec": named_class("gpu-inference", {})})
+	config := object.union(operator_config, {"priority_classes": "gpu-inference"})
+	count(deny) == 0 with input as make_review(pod, in_namespace("gpu-operator", validator))
+		with data.gpu_cluster.config as config
+	deny == {`pod "gpu-operator/train-0" sets spec.priorityClassName: gpu-inference but requests no GPU; the stack's PriorityClasses (gpu-inference) are for GPU pods only`} with input as make_review(pod, in_namespace("gpu-operator", daemonset_controller))
+		with data.gpu_cluster.config as config
+}
+
+test_allow_a_mirror_pod_naming_a_stack_priority_class if {
+	pod := mirror_pod_of("gpu-1", {"spec": named_class("gpu-inference", {})})
+	count(deny) == 0 with input as mirror_review(pod, node_user("gpu-1"))
+		with data.gpu_cluster.config as priority_config
+}
+
+# spec.priorityClassName cannot change after creation: updates are not judged by the rule.
+test_allow_updates_of_a_pod_naming_a_stack_priority_class if {
+	pod := make_pod({"spec": named_class("gpu-inference", {"nodeName": "cpu-1", "ephemeralContainers": [debug_container("debugger", [])]})})
+	count(deny) == 0 with input as make_review(pod, {"operation": "UPDATE", "subResource": "ephemeralcontainers", "oldObject": object.union(pod, {"spec": {"ephemeralContainers": []}})})
+		with data.gpu_cluster.config as priority_config
+	count(deny) == 0 with input as make_review(pod, {"operation": "UPDATE", "oldObject": pod})
+		with data.gpu_cluster.config as priority_config
+}
+
+test_malformed_priority_lists_are_configuration_errors if {
+	config := object.union(gate_config, {"priority_classes": "gpu-inference,", "priority_class_namespaces": ",web"})
+	config_errors == {
+		"priority_class_namespaces must be a comma-separated list of non-empty strings",
+		"priority_classes must be a comma-separated list of non-empty strings",
+	} with data.gpu_cluster.config as config
+}
+
+# As for pool and gang pods: a malformed document fails GPU pods closed, and lets CPU pods be.
+test_a_malformed_document_judges_no_priority_class if {
+	config := object.union(priority_config, {"gpu_resources": "a,,b"})
+	count(deny) == 0 with input as review_of({"spec": named_class("gpu-inference", {})})
+		with data.gpu_cluster.config as config
+}
+
+test_a_priority_class_beside_visible_devices_gets_both_messages if {
+	deny == {priority_denial("gpu-inference"), visible_devices_denial("main")} with input as review_of({"spec": named_class("gpu-inference", {"containers": [with_env("main", cpu_only, visible_devices_all)]})})
+		with data.gpu_cluster.config as priority_config
+}

@@ -200,6 +200,18 @@ def test_main_routing_gives_gpu_pods_the_pools_toleration() -> None:
     assert binding.inputs["spec"]["paramRef"]["name"] == GATE_PARAMS_CONFIGMAP
 
 
+def test_main_gate_keeps_the_stacks_priority_classes_to_gpu_pods() -> None:
+    # Layer 8's classes and allowed namespaces reach the gate's parameter document...
+    on = {"priorityClasses": {"enabled": True, "allowedNamespaces": ["web", "ml-serving"]}}
+    data = _gate_params(run_program("dev", on)).inputs["data"]
+    assert gate_list(data, "priority_classes") == ["gpu-batch", "gpu-inference", "gpu-training"]
+    assert gate_list(data, "priority_class_namespaces") == ["ml-serving", "web"]
+    # ...only while the layer creates them: otherwise the document is as it was.
+    off = {"priorityClasses": {"enabled": False, "allowedNamespaces": ["web"]}}
+    data = _gate_params(run_program("dev", off)).inputs["data"]
+    assert not {"priority_classes", "priority_class_namespaces"} & set(data)
+
+
 def test_main_gpu_operator_settings_name_what_is_gated_weighted_and_routed() -> None:
     # One source: time-slicing renamed (nvidia.com/gpu.shared) reaches the gate, the routing
     # policy and the scheduler's weights without being typed anywhere else.

@@ -35,6 +35,7 @@ from components.binpack_scheduler.settings import (
 )
 from components.cluster_access import ClusterAccess, ClusterLayer
 from components.gpu_resources import GpuResources
+from components.kubernetes_names import service_account_user
 from components.settings import PROJECT, Runtime
 
 TOKEN = f"{PROJECT}:index:BinpackScheduler"
@@ -79,6 +80,9 @@ class BinpackScheduler(ClusterLayer):
     """The rendered KubeSchedulerConfiguration."""
     namespace: pulumi.Output[str]
     """Namespace of the Deployment and its Lease."""
+    identity: pulumi.Output[str]
+    """The username the scheduler authenticates as (its ServiceAccount's): the one identity
+    the gate lets allocate GPU devices through DRA."""
     gpu_resources: GpuResources
     """The GPU resources the scheduler weighs as GPUs (what the device plugin advertises and
     `gpuResources` adds): what the gate routes and the monitoring counts. Known from the
@@ -138,12 +142,14 @@ class BinpackScheduler(ClusterLayer):
         self.scheduler_name = deployment.metadata.apply(lambda _: sched)
         self.config_yaml = pulumi.Output.from_input(config_yaml)
         self.namespace = deployment.metadata.apply(lambda _: ns)
+        self.identity = account.metadata.name.apply(lambda n: service_account_user(ns, n))
         self.gpu_resources = args.gpu_resources_with(args.advertised)
         self.register_outputs(
             {
                 "scheduler_name": self.scheduler_name,
                 "config_yaml": self.config_yaml,
                 "namespace": self.namespace,
+                "identity": self.identity,
             }
         )
 

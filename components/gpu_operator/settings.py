@@ -19,7 +19,7 @@ from pydantic import Field, ValidationInfo, model_validator
 
 from components.charts import HELM_REPOSITORY, chart_version, free_values
 from components.gpu_resources import MIG_PREFIX, SHARED_GPU, WHOLE_GPU, GpuResources
-from components.kubernetes_names import NAMESPACE
+from components.kubernetes_names import NAMESPACE, service_account_user
 from components.settings import BOOL, Rule, Settings, between, choice, context_value, problem
 
 if TYPE_CHECKING:
@@ -275,13 +275,18 @@ class GpuOperatorSettings(Settings):
         namespace = self.namespace if self.enabled else external_namespace
         if not namespace:
             return None
-        validator = f"system:serviceaccount:{namespace}:{VALIDATOR_SERVICE_ACCOUNT}"
+        validator = service_account_user(namespace, VALIDATOR_SERVICE_ACCOUNT)
         return OperatorPods(namespace=namespace, creators=(validator,))
 
     def device_classes(self) -> tuple[str, ...]:
         """The DeviceClasses the operator installs for pods to claim GPUs from: GPUCluster's
         with allocation dra, none with the device plugin or when the layer is disabled."""
         return allocation_device_classes(self.allocation) if self.enabled else ()
+
+    def device_drivers(self) -> tuple[str, ...]:
+        """The DRA drivers whose devices are GPUs: the one GPUCluster deploys with allocation
+        dra, none with the device plugin or when the layer is disabled."""
+        return (DRA_DRIVER,) if self.device_classes() else ()
 
     def gpu_resources(self) -> GpuResources:
         """The GPU resources pods ask for with these settings.

@@ -3,7 +3,9 @@
 The settings and their rules are in components/gpu_priority_classes/settings.py, the objects
 in manifests.py. One PriorityClass per configured class, cluster-scoped, applied through the
 stack's provider like every object of the stack (so an existing class of the same name is
-refused at preview, never taken over).
+refused at preview, never taken over). Any pod may name a PriorityClass; OpaGate, handed the
+class names and priorityClasses.allowedNamespaces (__main__.py), refuses a pod being created
+that names one of these but asks for no GPU outside those namespaces (docs/layers.md, layer 8).
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ that a pending job of a higher class may preempt a lower one on a full pool and 
 never preempts anything. Cluster-scoped, so the rules keep them from touching anyone else:
 `system-` names are Kubernetes' own, values above 1,000,000,000 are for system classes only,
 and none is the cluster's global default (that would change the priority of every pod of every
-team).
+team). A class is cluster-scoped, and the API server lets any pod in any namespace name it: the
+gate (OpaGate) is what keeps them to GPU work, refusing a pod that names one but asks for no
+GPU, outside `allowedNamespaces` (docs/layers.md, layer 8).
 Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/pod-priority-preemption/
 """
 
@@ -15,8 +17,8 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import AfterValidator, Field
 
-from components.kubernetes_names import is_dns1123_subdomain
-from components.settings import BOOL, STRING, Settings, between, choice, problem, text
+from components.kubernetes_names import is_dns1123_label, is_dns1123_subdomain
+from components.settings import BOOL, STRING, Settings, between, choice, problem, text, unique
 
 HIGHEST_USER_PRIORITY = 1_000_000_000
 """The highest value a PriorityClass may have outside the `system-` names (the API server's
@@ -30,6 +32,11 @@ CLASS_NAME = text(
     lambda v: is_dns1123_subdomain(v) and not v.startswith(SYSTEM_PREFIX),
     f"expected a PriorityClass name (DNS-1123 subdomain), not starting with {SYSTEM_PREFIX!r} "
     "(Kubernetes' own classes)",
+)
+ALLOWED_NAMESPACE = text(
+    is_dns1123_label,
+    "expected the name of a namespace (DNS-1123 label) whose pods may name the stack's "
+    "PriorityClasses without asking for a GPU",
 )
 VALUE = between(
     LOWEST_PRIORITY,
@@ -92,3 +99,14 @@ class GpuPriorityClassesSettings(Settings):
         default=DEFAULT_CLASSES
     )
     """The classes: a list of {name, value, preemptionPolicy, description}."""
+    allowed_namespaces: Annotated[
+        tuple[Annotated[str, ALLOWED_NAMESPACE], ...],
+        AfterValidator(unique("each namespace at most once")),
+    ] = ()
+    """Namespaces whose pods may name the classes without asking for a GPU (say, a serving
+    team's CPU front ends). Anywhere else the gate (admission) refuses a pod that names one of
+    them but asks for no GPU: a class may preempt other teams' pods."""
+
+    def created_names(self) -> tuple[str, ...]:
+        """The names of the classes the stack creates: none when the layer is off."""
+        return tuple(entry.name for entry in self.classes) if self.enabled else ()

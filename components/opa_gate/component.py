@@ -49,7 +49,14 @@ DRA mode (device_classes, gpuOperator.allocation dra): a resource claim is a GPU
 when the ResourceClaimTemplate or ResourceClaim it names selects a GPU DeviceClass. The native
 engines add a policy pair per kind whose parameters are those objects in the pod's namespace
 (the API server looks them up; the gate data is written into them); the stack config refuses
-`opa` with DRA, as OPA cannot see them (policies/README.md, "DRA claims").
+`opa` with DRA, as OPA cannot see them (policies/README.md, "DRA claims"). And whatever reached
+another scheduler, a parameter-free policy on resourceclaims/status lets only the stack's
+scheduler (`allocator`, its ServiceAccount's username) allocate a device of a GPU driver.
+The stack's PriorityClasses (priority_classes, from GpuPriorityClasses) may preempt other
+pods: every engine refuses a pod being created that names one but asks for no GPU, unless its
+namespace is one of priority_class_namespaces (priorityClasses.allowedNamespaces). In DRA mode
+a resource claim counts for that rule only once the pod is on the binpack scheduler (where the
+claim routing policy puts a GPU claim's pod).
 
 This module turns the objects of components/opa_gate/manifests.py into resources and wires
 them (the settings are components/opa_gate/settings.py); the TLS material, Pulumi state, is
@@ -69,6 +76,7 @@ from pydantic import Field, model_validator
 from components.cluster_access import ClusterAccess, ClusterLayer
 from components.gpu_operator.settings import OperatorPods
 from components.opa_gate.manifests import (
+    ALLOCATION_POLICY,
     CLAIM_KINDS,
     GATE_CONFIG_FILE,
     GATE_CONFIGMAP,
@@ -79,6 +87,8 @@ from components.opa_gate.manifests import (
     OPA_SERVING_SECRET,
     admission_policy_binding_spec,
     admission_policy_spec,
+    allocation_binding_spec,
+    allocation_policy_spec,
     claim_binding_spec,
     claim_policy_name,
     claim_policy_spec,
@@ -146,6 +156,19 @@ class OpaGateArgs(OpaGateSettings):
     device_classes(), DRA mode): a pod's claim counts only when the ResourceClaimTemplate or
     ResourceClaim it names selects one of them, looked up by the claim policies of the native
     engines. Empty (device-plugin mode): every claim counts."""
+    device_drivers: Annotated[Sequence[str], Runtime()] = ()
+    """The DRA drivers whose devices are GPUs (GpuOperator's device_drivers(), DRA mode): only
+    `allocator` may allocate their devices."""
+    allocator: Annotated[pulumi.Output[str] | str | None, Runtime()] = None
+    """The username of the stack's scheduler (BinpackScheduler's identity): in DRA mode the one
+    identity that may write an allocation of a GPU driver's devices."""
+    priority_classes: Annotated[Sequence[str], Runtime()] = ()
+    """The stack's PriorityClasses (GpuPriorityClasses' class names, when the layer is on):
+    a pod being created may name one only when it asks for a GPU, or in one of
+    priority_class_namespaces. Empty: no PriorityClass is judged."""
+    priority_class_namespaces: Annotated[Sequence[str], Runtime()] = ()
+    """Namespaces whose pods may name priority_classes without asking for a GPU
+    (priorityClasses.allowedNamespaces)."""
     namespace: Annotated[str, Runtime()] = DEFAULT_GATE_NAMESPACE
     """The gate's own namespace (created, and excluded from the gate)."""
     opa_image: Annotated[str, Runtime()] = "openpolicyagent/opa:1.22.2"
@@ -159,6 +182,16 @@ class OpaGateArgs(OpaGateSettings):
         found = claim_lookup_problem(engine=self.engine, device_classes=self.device_classes)
         if found is not None:
             raise problem(found.allowed, key=found.key, value=found.value)
+        return self
+
+    @model_validator(mode="after")
+    def _dra_has_an_allocator(self) -> Self:
+        """DRA mode names the GPU drivers and the one identity that allocates their devices."""
+        if self.device_classes and (not self.device_drivers or self.allocator is None):
+            raise ValueError(
+                "device_classes (DRA mode) need device_drivers and allocator: the gate lets "
+                "only the stack's scheduler allocate GPU devices"
+            )
         return self
 
 
@@ -201,6 +234,8 @@ class OpaGate(ClusterLayer):
                 self._routing(params)
             for kind in CLAIM_KINDS if args.device_classes else ():
                 self._claims(kind, config)
+            if args.device_classes:
+                self._allocations()
 
         self.engine = pulumi.Output.from_input(args.engine)
         self.namespace = namespace.metadata.apply(lambda _: args.namespace)
@@ -231,6 +266,8 @@ class OpaGate(ClusterLayer):
                 pool_toleration=v[2],
                 gang_pods=args.gang_pods,
                 device_classes=args.device_classes,
+                priority_classes=args.priority_classes,
+                priority_class_namespaces=args.priority_class_namespaces,
             )
         )
 
@@ -455,6 +492,36 @@ class OpaGate(ClusterLayer):
                 policy.metadata.apply(lambda m: m["name"]),
                 gate_namespace=args.namespace,
                 params_name=params.metadata.name,
+            ),
+            opts=self.children,
+        )
+
+    def _allocations(self) -> None:
+        """DRA mode: only the stack's scheduler allocates GPU devices, whatever reached another
+        scheduler (policies/gpu_scheduler.cel.yaml, `allocations`). No parameter object: the
+        scheduler's identity and name and the GPU drivers are written into the policy."""
+        name, args = self.pulumi_resource_name, self._args
+        operator = args.operator_pods.namespace if args.operator_pods is not None else ""
+        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-allocations-policy",
+            metadata=gate_metadata(ALLOCATION_POLICY),
+            spec=pulumi.Output.all(args.allocator, args.scheduler_name).apply(
+                lambda v: allocation_policy_spec(
+                    allocator=v[0],
+                    scheduler_name=v[1],
+                    drivers=args.device_drivers,
+                    failure_policy=args.failure_policy,
+                    gate_namespace=args.namespace,
+                    operator_namespace=operator,
+                )
+            ),
+            opts=self._after_exclusions,
+        )
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-allocations-binding",
+            metadata=gate_metadata(ALLOCATION_POLICY),
+            spec=allocation_binding_spec(
+                policy.metadata.name, gate_namespace=args.namespace, operator_namespace=operator
             ),
             opts=self.children,
         )

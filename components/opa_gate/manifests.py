@@ -74,6 +74,10 @@ LIST_SEPARATOR = ","
 PARAM_KIND = {"apiVersion": "v1", "kind": "ConfigMap"}
 # The parameter document's key for the DeviceClasses whose claims are GPU requests (DRA mode).
 DEVICE_CLASSES_KEY = "gpu_device_classes"
+# The parameter document's keys for the stack's PriorityClasses and the namespaces whose pods
+# may name them without asking for a GPU.
+PRIORITY_CLASSES_KEY = "priority_classes"
+PRIORITY_CLASS_NAMESPACES_KEY = "priority_class_namespaces"
 # What a pod's resource claims name, resource.k8s.io/v1 (GA since Kubernetes 1.34): the param
 # kind of each claim policy pair. Built in, like ConfigMap, so always mapped.
 # Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/dynamic-resource-allocation/
@@ -93,6 +97,8 @@ def gate_data(
     pool_toleration: Mapping[str, str] | None = None,
     gang_pods: bool = False,
     device_classes: Sequence[str] = (),
+    priority_classes: Sequence[str] = (),
+    priority_class_namespaces: Sequence[str] = (),
 ) -> dict[str, str]:
     """The gate's one parameter document (policies/README.md, "Data contract"): string keys
     and values, the data of the params ConfigMap the native policies read as `params`, and the
@@ -106,6 +112,9 @@ def gate_data(
     `device_classes` (DRA mode: GpuOperatorSettings.device_classes()) are the DeviceClasses
     whose resource claims are GPU requests, judged by the claim policies
     (claim_policy_spec()); without them every claim counts as a GPU request.
+    `priority_classes` (GpuPriorityClasses' class names, when the layer is on) may be named
+    only by pods that ask for a GPU, or by pods in `priority_class_namespaces`; without them
+    no PriorityClass is judged (and the namespaces are left out).
     """
     data = {
         "scheduler_name": scheduler_name,
@@ -126,6 +135,12 @@ def gate_data(
         data["gang_pods"] = "true"
     if device_classes:  # DRA mode only: a device-plugin stack keeps its document as it was
         data[DEVICE_CLASSES_KEY] = LIST_SEPARATOR.join(sorted(set(device_classes)))
+    if priority_classes:  # layer 8 only: a stack without it keeps its document as it was
+        data[PRIORITY_CLASSES_KEY] = LIST_SEPARATOR.join(sorted(set(priority_classes)))
+        if priority_class_namespaces:
+            data[PRIORITY_CLASS_NAMESPACES_KEY] = LIST_SEPARATOR.join(
+                sorted(set(priority_class_namespaces))
+            )
     return data
 
 
@@ -151,12 +166,12 @@ def gate_metadata(name: str, namespace: str | None = None) -> dict[str, Any]:
 # --------------------------------------------------------------------------- what is judged
 
 
-def excluded_namespaces(gate_namespace: str) -> list[str]:
-    """The namespaces neither engine judges: kube-system and the gate's own."""
-    return sorted({"kube-system", gate_namespace})
+def excluded_namespaces(gate_namespace: str, *others: str) -> list[str]:
+    """The namespaces neither engine judges: kube-system and the gate's own (and `others`)."""
+    return sorted({"kube-system", gate_namespace, *others})
 
 
-def namespace_selector(gate_namespace: str) -> dict[str, Any]:
+def namespace_selector(gate_namespace: str, *others: str) -> dict[str, Any]:
     """Namespace selector of both engines: every namespace but excluded_namespaces(), by name.
 
     A selector on a label anyone may set (such as openpolicyagent.org/webhook=ignore) lets
@@ -167,7 +182,7 @@ def namespace_selector(gate_namespace: str) -> dict[str, Any]:
             {
                 "key": NAMESPACE_NAME_LABEL,
                 "operator": "NotIn",
-                "values": excluded_namespaces(gate_namespace),
+                "values": excluded_namespaces(gate_namespace, *others),
             }
         ]
     }
@@ -437,6 +452,77 @@ def claim_routing_binding_spec(
         "policyName": policy_name,
         "paramRef": claim_param_ref(),
         "matchResources": {"namespaceSelector": namespace_selector(gate_namespace)},
+    }
+
+
+# --------------------------------------------------------------------------- native: allocations
+
+# The allocation policy and its binding (DRA mode).
+ALLOCATION_POLICY = f"{GATE_NAME}-allocations"
+
+
+def allocation_rule() -> dict[str, Any]:
+    """The write that allocates devices to a claim: an UPDATE of resourceclaims/status (a
+    claim is created without status). resource.k8s.io/v1; a write in an older served version
+    is judged converted to it (matchPolicy Equivalent)."""
+    return {
+        "operations": ["UPDATE"],
+        "apiGroups": ["resource.k8s.io"],
+        "apiVersions": ["v1"],
+        "resources": ["resourceclaims/status"],
+    }
+
+
+def allocation_policy_spec(
+    *,
+    allocator: str,
+    scheduler_name: str,
+    drivers: Sequence[str],
+    failure_policy: FailurePolicy = "Fail",
+    gate_namespace: str = DEFAULT_GATE_NAMESPACE,
+    operator_namespace: str = "",
+) -> dict[str, Any]:
+    """The ValidatingAdmissionPolicy that lets only `allocator` (the stack's scheduler's
+    username) allocate a device of a GPU driver (`drivers`) that is not admin access
+    (policies/gpu_scheduler.cel.yaml, `allocations`). No parameter: everything it reads is
+    written in, so no object in the cluster opens it.
+
+    It judges every namespace but excluded_namespaces() and the GPU Operator's
+    (`operator_namespace`), whose own workloads the cluster's scheduler places.
+    """
+    return {
+        "failurePolicy": failure_policy,
+        "matchConstraints": {
+            "matchPolicy": "Equivalent",
+            "namespaceSelector": allocation_namespace_selector(gate_namespace, operator_namespace),
+            "resourceRules": [allocation_rule()],
+        },
+        "variables": cel.allocation_variables(
+            allocator=allocator, scheduler_name=scheduler_name, drivers=drivers
+        ),
+        "validations": cel.allocation_validations(),
+    }
+
+
+def allocation_namespace_selector(gate_namespace: str, operator_namespace: str) -> dict[str, Any]:
+    """Where the allocation policy judges: every namespace but excluded_namespaces() and the
+    GPU Operator's, by name."""
+    return namespace_selector(gate_namespace, *([operator_namespace] if operator_namespace else []))
+
+
+def allocation_binding_spec(
+    policy_name: Any = ALLOCATION_POLICY,
+    *,
+    gate_namespace: str = DEFAULT_GATE_NAMESPACE,
+    operator_namespace: str = "",
+) -> dict[str, Any]:
+    """The allocation policy's binding: enforce (Deny), no parameter."""
+    return {
+        "policyName": policy_name,
+        "validationActions": ["Deny"],
+        "matchResources": {
+            "namespaceSelector": allocation_namespace_selector(gate_namespace, operator_namespace)
+        },
     }
 
 

@@ -250,6 +250,152 @@ def test_a_nic_claim_pod_is_not_routed(applied: AppliedStack, namespace: str, ni
     assert _allocated(applied, namespace, "fetch") == [(NIC_DRIVER, nic, "eth1")]
 
 
+# ------------------------------------------------------------------ routes around the gate
+#
+# Each route leads a GPU claim to the cluster's own scheduler, which would allocate a free GPU
+# of a pool node (it tolerates every taint). The allocation policy lets only the stack's
+# scheduler write that allocation: the pod stays Pending, its FailedScheduling event says what
+# to do, and no GPU is allocated.
+
+TOLERATE_EVERYTHING = [{"operator": "Exists"}]
+# What the cluster's scheduler reports when the allocation policy refuses its write.
+ALLOCATION_REFUSAL = "GPU devices are allocated by the scheduler"
+ROUTE_SECONDS = 60.0
+
+
+def _refused_allocation(applied: AppliedStack, namespace: str, pod: str) -> None:
+    """The pod went to the cluster's scheduler, whose allocation was refused: it stays
+    unbound, holds no GPU, and its FailedScheduling event carries the policy's message."""
+    core = _core(applied)
+
+    def refusal() -> Any:
+        events = core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={pod},reason=FailedScheduling"
+        ).items
+        return [e.message for e in events if ALLOCATION_REFUSAL in (e.message or "")]
+
+    messages = _wait(f"the refused allocation of {pod}", refusal, ROUTE_SECONDS)
+    assert applied.outputs["schedulerName"] in messages[0], messages
+    stored = core.read_namespaced_pod(pod, namespace)
+    assert stored.spec.scheduler_name == DEFAULT_SCHEDULER
+    assert not stored.spec.node_name, f"{pod} bound to {stored.spec.node_name}"
+    assert [h for h in _held_gpus(applied) if h[0] == namespace] == []
+
+
+def _gpu_claim_pod(name: str, template: str, **spec: Any) -> dict[str, Any]:
+    """A claim pod that tolerates every taint (so pool nodes are open to any scheduler)."""
+    pod = _claim_pod(name, template)
+    pod["spec"].update({"tolerations": TOLERATE_EVERYTHING, **spec})
+    return pod
+
+
+@pytest.fixture(name="own_gpu_class")
+def own_gpu_class_fixture(applied: AppliedStack) -> Iterator[dict[str, str]]:
+    """DeviceClasses of other names that select the GPU driver's devices (one with an extended
+    resource name), as another chart or an admin could install; removed afterwards."""
+    classes = {"plain": "team-gpus.example.com", "extended": "legacy-gpus.example.com"}
+    selector = [{"cel": {"expression": f"device.driver == '{dra.DRIVER}'"}}]
+    bodies = [
+        {
+            "apiVersion": dra.RESOURCE_API,
+            "kind": "DeviceClass",
+            "metadata": {"name": classes["plain"]},
+            "spec": {"selectors": selector},
+        },
+        {
+            "apiVersion": dra.RESOURCE_API,
+            "kind": "DeviceClass",
+            "metadata": {"name": classes["extended"]},
+            "spec": {"selectors": selector, "extendedResourceName": "example.com/gpu"},
+        },
+    ]
+    for body in bodies:
+        _resource(applied, "DeviceClass").create(body=body)
+    yield classes
+    for name in classes.values():
+        _resource(applied, "DeviceClass").delete(name=name)
+
+
+def test_route_a_pod_created_before_its_template_gets_no_gpu(
+    applied: AppliedStack, namespace: str
+) -> None:
+    """The claim lookup finds no template, so the pod is admitted unrouted."""
+    _core(applied).create_namespaced_pod(namespace, _gpu_claim_pod("early", "later"))
+    _template(applied, namespace, "later", GPU_DEVICE_CLASS, 1)
+    _refused_allocation(applied, namespace, "early")
+
+
+def test_route_a_scheduling_gate_held_until_the_template_exists_gets_no_gpu(
+    applied: AppliedStack, namespace: str
+) -> None:
+    core = _core(applied)
+    gated = _gpu_claim_pod("held", "made-later", schedulingGates=[{"name": "example.com/wait"}])
+    core.create_namespaced_pod(namespace, gated)
+    _template(applied, namespace, "made-later", GPU_DEVICE_CLASS, 1)
+    core.patch_namespaced_pod("held", namespace, {"spec": {"schedulingGates": None}})
+    _refused_allocation(applied, namespace, "held")
+
+
+def test_route_another_device_class_of_the_gpu_driver_gets_no_gpu(
+    applied: AppliedStack, namespace: str, own_gpu_class: dict[str, str]
+) -> None:
+    """A class the gate does not know selects the GPU driver's devices."""
+    _template(applied, namespace, "own", own_gpu_class["plain"], 1)
+    _core(applied).create_namespaced_pod(namespace, _gpu_claim_pod("own-class", "own"))
+    _refused_allocation(applied, namespace, "own-class")
+
+
+def test_route_a_device_class_extended_resource_gets_no_gpu(
+    applied: AppliedStack, namespace: str, own_gpu_class: dict[str, str]
+) -> None:
+    """`example.com/gpu` is no GPU resource the gate knows; the cluster's scheduler would make
+    the claim itself from the class's extended resource name."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "legacy"},
+        "spec": {
+            "tolerations": TOLERATE_EVERYTHING,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.invalid/cuda-job:1",
+                    "resources": {"limits": {"example.com/gpu": "1"}},
+                }
+            ],
+        },
+    }
+    _core(applied).create_namespaced_pod(namespace, pod)
+    _refused_allocation(applied, namespace, "legacy")
+
+
+def test_route_a_claim_swapped_after_admission_gets_no_gpu(
+    applied: AppliedStack, namespace: str, nic: str
+) -> None:
+    """The pod names an existing NIC claim (admitted to the cluster's scheduler, held by a
+    scheduling gate); the claim is then replaced by a GPU claim of the same name."""
+    core, claims = _core(applied), _resource(applied, "ResourceClaim")
+
+    def claim(device_class: str) -> dict[str, Any]:
+        spec = dra.claim_template("swapped", device_class)["spec"]["spec"]
+        return {
+            "apiVersion": dra.RESOURCE_API,
+            "kind": "ResourceClaim",
+            "metadata": {"name": "swapped"},
+            "spec": spec,
+        }
+
+    claims.create(body=claim(NIC_CLASS), namespace=namespace)
+    pod = _gpu_claim_pod("swap", "unused", schedulingGates=[{"name": "example.com/wait"}])
+    pod["spec"]["resourceClaims"] = [{"name": "devices", "resourceClaimName": "swapped"}]
+    core.create_namespaced_pod(namespace, pod)
+    claims.delete(name="swapped", namespace=namespace)
+    _wait("the NIC claim gone", lambda: not claims.get(namespace=namespace).items)
+    claims.create(body=claim(GPU_DEVICE_CLASS), namespace=namespace)
+    core.patch_namespaced_pod("swap", namespace, {"spec": {"schedulingGates": None}})
+    _refused_allocation(applied, namespace, "swap")
+
+
 def test_destroy_removes_what_the_stack_made_and_nothing_else(applied: AppliedStack) -> None:
     """Last: `pulumi destroy` removes every object the stack made, and the nodes are as they
     were."""

@@ -89,3 +89,37 @@ def test_priority_classes_refuse_a_name_twice() -> None:
     assert found == (
         "gpu-cluster:priorityClasses.classes[1].name: got 'gpu'; each class name at most once"
     )
+
+
+def test_priority_classes_allow_no_namespace_by_default_and_name_the_classes_when_on() -> None:
+    off = parse_stack_config({}).priority_classes
+    assert off.allowed_namespaces == ()
+    # What the gate keeps to GPU pods: the classes the stack creates, none while it creates none.
+    assert off.created_names() == ()
+    on = parse_stack_config(
+        {"priorityClasses": {"enabled": True, "allowedNamespaces": ["ml-serving", "web"]}}
+    ).priority_classes
+    assert on.created_names() == ("gpu-inference", "gpu-training", "gpu-batch")
+    assert on.allowed_namespaces == ("ml-serving", "web")
+
+
+@pytest.mark.parametrize(
+    ("namespaces", "found"),
+    [
+        (
+            ["ml-serving", "Web_Team"],
+            "gpu-cluster:priorityClasses.allowedNamespaces[1]: got 'Web_Team'; expected the name "
+            "of a namespace (DNS-1123 label) whose pods may name the stack's PriorityClasses "
+            "without asking for a GPU",
+        ),
+        (
+            ["web", "web"],
+            "gpu-cluster:priorityClasses.allowedNamespaces[1]: got 'web'; each namespace at most "
+            "once",
+        ),
+    ],
+)
+def test_priority_classes_refuse_allowed_namespaces_that_are_no_namespace_names(
+    namespaces: list[str], found: str
+) -> None:
+    assert _problems({"enabled": True, "allowedNamespaces": namespaces}) == [found]

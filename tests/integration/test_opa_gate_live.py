@@ -92,6 +92,9 @@ def _operator_namespace(source: str) -> str:
 # server stops the informer it reads them from and keeps its last copies, and it reads past
 # them (a direct GET) only for a name it has never seen.
 GATE_NAMESPACE = f"gate-own-{uuid.uuid4().hex[:8]}"
+# The namespace whose pods may name the stack's PriorityClasses without a GPU (the table's
+# `serving`, priorityClasses.allowedNamespaces).
+SERVING_NAMESPACE = f"gate-serving-{uuid.uuid4().hex[:8]}"
 GATES = {
     source: Gate(
         config=gate_data(
@@ -101,6 +104,8 @@ GATES = {
             operator_pods=operator,
             pool_toleration=POOL_TOLERATION,
             gang_pods=SAMPLES.gang_pods,
+            priority_classes=SAMPLES.priority_classes,
+            priority_class_namespaces=[SERVING_NAMESPACE],
         ),
         namespace=GATE_NAMESPACE if source == INSTALLED else f"{GATE_NAMESPACE}-{source}",
     )
@@ -110,6 +115,7 @@ GATE = GATES[INSTALLED]
 # The label both engines used to skip; anyone who may label a namespace can set it.
 BYPASS_LABEL = {"openpolicyagent.org/webhook": "ignore"}
 ROUTING = "mutating-admission-policy"
+PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 # The engines that refuse GPU pods off the scheduler rather than route them.
 REJECT_ENGINES = ("opa", "validating-admission-policy")
 ENGINES = (*REJECT_ENGINES, ROUTING)
@@ -122,13 +128,15 @@ class Namespaces:
     """Carries BYPASS_LABEL."""
     own: str
     """The gate's own namespace."""
+    serving: str = SERVING_NAMESPACE
+    """Its pods may name the stack's PriorityClasses without asking for a GPU."""
     operators: dict[str, str] = field(
         default_factory=lambda: {s: _operator_namespace(s) for s in OPERATORS}
     )
     """The GPU Operator's namespace, by where it comes from."""
 
     def all(self) -> list[str]:
-        return [self.gated, self.labelled, self.own, *self.operators.values()]
+        return [self.gated, self.labelled, self.own, self.serving, *self.operators.values()]
 
 
 @pytest.fixture(scope="module")
@@ -221,12 +229,22 @@ def namespaces(control_plane: LocalControlPlane) -> Iterator[Namespaces]:
             "/api/v1/namespaces/kube-system/serviceaccounts",
             {"metadata": {"name": "default"}},
         )
+    # The PriorityClasses the samples name: the Priority admission plugin refuses a pod whose
+    # class does not exist, before the gate judges it.
+    classes = SAMPLES.priority_class_objects()
     try:
+        for priority_class in classes:
+            control_plane.request("POST", PRIORITY_CLASSES, priority_class)
         yield made
     finally:
         for name in made.all():
             with contextlib.suppress(urllib.error.HTTPError):
                 control_plane.request("DELETE", f"/api/v1/namespaces/{name}")
+        for priority_class in classes:
+            with contextlib.suppress(urllib.error.HTTPError):
+                control_plane.request(
+                    "DELETE", f"{PRIORITY_CLASSES}/{priority_class['metadata']['name']}"
+                )
 
 
 @pytest.fixture(params=REJECT_ENGINES)
@@ -506,7 +524,9 @@ def _client_as(cp: LocalControlPlane, identity: Identity | None, admin: Any) -> 
 
 
 def _sample_namespace(sample: Sample, namespaces: Namespaces, source: str) -> str:
-    return namespaces.operators[source] if sample.namespace == "operator" else namespaces.gated
+    if sample.namespace == "operator":
+        return namespaces.operators[source]
+    return namespaces.serving if sample.namespace == "serving" else namespaces.gated
 
 
 def _create_sample(
@@ -589,7 +609,7 @@ def _judge_table(
             pod: Any = sample.pod(name)
             written = pod["spec"].get("schedulerName", "default-scheduler")
             expected = sample.verdict(engine)
-            wanted = (sample.message or "").replace("{pod}", f"{namespace}/{name}")
+            wanted = sample.wanted(f"{namespace}/{name}", namespaces.serving)
             creator = sample.creator(namespaces.operators[source], namespace)
             with _client_as(cp, creator, api_client) as who:
                 if sample.debug is not None:

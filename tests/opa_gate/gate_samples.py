@@ -21,9 +21,10 @@ VERDICTS: tuple[Verdict, ...] = ("allowed", "routed", "refused")
 # The engines that only refuse, and the one that routes.
 REFUSING_ENGINES = ("opa", "validating-admission-policy")
 ROUTING_ENGINE = "mutating-admission-policy"
-# Where a sample is created: a namespace the gate judges, or the GPU Operator's own.
-Namespace = Literal["gated", "operator"]
-NAMESPACES: tuple[Namespace, ...] = ("gated", "operator")
+# Where a sample is created: a namespace the gate judges, the GPU Operator's own, or one whose
+# pods may name the stack's PriorityClasses without a GPU (priority_class_namespaces).
+Namespace = Literal["gated", "operator", "serving"]
+NAMESPACES: tuple[Namespace, ...] = ("gated", "operator", "serving")
 # What a sample's container may carry besides its resources' limits and claims.
 CONTAINER_FIELDS = ("env", "securityContext")
 # The name of the ephemeral container a sample's `debug` adds.
@@ -34,6 +35,9 @@ DEBUG_CONTAINER = "debug-0"
 # created in (the test chooses both names).
 OPERATOR_PLACEHOLDER = "{operator}"
 NAMESPACE_PLACEHOLDER = "{namespace}"
+# In a message, stand for the pod (namespace/name) and for the `serving` namespace.
+POD_PLACEHOLDER = "{pod}"
+SERVING_PLACEHOLDER = "{serving}"
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,8 @@ class Sample:
     route: Verdict
     """The verdict of the routing engine."""
     message: str | None
-    """Part of the refusal message; {pod} stands for namespace/name."""
+    """Part of the refusal message; {pod} stands for namespace/name, {serving} for the
+    `serving` namespace."""
     namespace: Namespace = "gated"
     """Where the pod is created."""
     identity: Identity | None = None
@@ -81,6 +86,13 @@ class Sample:
 
     def verdict(self, engine: str) -> Verdict:
         return self.route if engine == ROUTING_ENGINE else self.refuse
+
+    def wanted(self, pod: str, serving: str) -> str:
+        """The part of the refusal the table expects ("" when none), for the pod `pod`
+        (namespace/name) and the `serving` namespace `serving`."""
+        return (
+            (self.message or "").replace(POD_PLACEHOLDER, pod).replace(SERVING_PLACEHOLDER, serving)
+        )
 
     def creator(self, operator_namespace: str, namespace: str) -> Identity | None:
         """Who creates the pod, when the operator's namespace is `operator_namespace` and the
@@ -231,10 +243,29 @@ class SampleTable:
     """The GPU pool's taint (TaintedGpuPool's gpuPool.taint)."""
     gang_pods: bool
     """Whether the stack's scheduler places gangs (scheduler.gangScheduling)."""
+    priority_classes: list[str]
+    """The stack's PriorityClasses (GpuPriorityClasses' names): for GPU pods, and for pods in
+    the `serving` namespace (the gate data's priority_class_namespaces)."""
+    other_priority_classes: list[str]
+    """PriorityClasses of the cluster that are not the stack's."""
     samples: list[Sample]
     """Judged under a device-plugin stack's gate data, by every engine."""
     dra: DraTable
     """Judged under a DRA stack's gate data, by DRA_ENGINES."""
+
+    def priority_class_objects(self) -> list[dict[str, Any]]:
+        """The PriorityClasses the samples name (scheduling.k8s.io/v1), as a live test creates
+        them: the Priority admission plugin refuses a pod whose class does not exist."""
+        names = [*self.priority_classes, *self.other_priority_classes]
+        return [
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name},
+                "value": 1000 * (len(names) - i),
+            }
+            for i, name in enumerate(names)
+        ]
 
     def asks_for_gpu(self, sample: Sample) -> bool:
         """Whether the sample's pod asks for a GPU as the gate counts them: a resource the gate
@@ -295,6 +326,8 @@ def load_samples(path: Path = SAMPLES_FILE) -> SampleTable:
         gpu_resource_prefixes=list(raw["gpu_resource_prefixes"]),
         pool_taint=dict(raw["pool_taint"]),
         gang_pods=bool(raw.get("gang_pods", False)),
+        priority_classes=list(raw.get("priority_classes", [])),
+        other_priority_classes=list(raw.get("other_priority_classes", [])),
         samples=_samples(raw["samples"]),
         dra=DraTable(
             device_classes=allocation_device_classes("dra"),

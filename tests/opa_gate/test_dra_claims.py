@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from components import OpaGate, OpaGateArgs
-from components.gpu_operator.settings import DRA_DEVICE_CLASSES, GpuOperatorSettings
+from components.gpu_operator.settings import DRA_DEVICE_CLASSES, DRA_DRIVER, GpuOperatorSettings
 from components.opa_gate.manifests import (
+    ALLOCATION_POLICY,
     CLAIM_KINDS,
     DEVICE_CLASSES_KEY,
     admission_policy_spec,
@@ -50,6 +51,13 @@ VAP = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
 VAP_BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
 MAP = "kubernetes:admissionregistration.k8s.io/v1:MutatingAdmissionPolicy"
 MAP_BINDING = "kubernetes:admissionregistration.k8s.io/v1:MutatingAdmissionPolicyBinding"
+ALLOCATOR = f"system:serviceaccount:kube-system:{SCHEDULER}"
+# What a DRA gate is given besides its device classes: the GPU driver and the allocator.
+DRA_GATE = {
+    "device_classes": DRA_DEVICE_CLASSES,
+    "device_drivers": (DRA_DRIVER,),
+    "allocator": ALLOCATOR,
+}
 
 
 def _variables(spec: dict[str, Any]) -> dict[str, str]:
@@ -198,10 +206,10 @@ def _by_name(recording: Recording, typ: str) -> dict[str, dict[str, Any]]:
 
 
 def test_dra_claims_gate_routes_and_refuses_by_claim_kind() -> None:
-    recording = _make_gate(engine="mutating-admission-policy", device_classes=DRA_DEVICE_CLASSES)
+    recording = _make_gate(engine="mutating-admission-policy", **DRA_GATE)
     names = {claim_policy_name(k): k for k in CLAIM_KINDS}
     policies, routings = _by_name(recording, VAP), _by_name(recording, MAP)
-    assert set(policies) == {"gpu-scheduler-gate", *names}
+    assert set(policies) == {"gpu-scheduler-gate", ALLOCATION_POLICY, *names}
     assert set(routings) == {"gpu-scheduler-gate", *names}
     assert set(_by_name(recording, VAP_BINDING)) == set(policies)
     assert set(_by_name(recording, MAP_BINDING)) == set(routings)
@@ -213,9 +221,10 @@ def test_dra_claims_gate_routes_and_refuses_by_claim_kind() -> None:
 
 
 def test_dra_claims_reject_only_gate_has_no_claim_routing() -> None:
-    recording = _make_gate(engine="validating-admission-policy", device_classes=DRA_DEVICE_CLASSES)
+    recording = _make_gate(engine="validating-admission-policy", **DRA_GATE)
     assert set(_by_name(recording, VAP)) == {
         "gpu-scheduler-gate",
+        ALLOCATION_POLICY,
         *(claim_policy_name(k) for k in CLAIM_KINDS),
     }
     assert recording.of_type(MAP) == []

@@ -66,6 +66,9 @@ SCHEDULER = SAMPLES.scheduler
 POOL_TAINT = SAMPLES.pool_taint
 GATE_NAMESPACE = "gpu-admission"
 GATED_NAMESPACE = "team-a"
+# The namespace whose pods may name the stack's PriorityClasses without a GPU (named in the
+# gate data; no DRA row is created in it).
+SERVING_NAMESPACE = "ml-serving"
 API = "/apis/admissionregistration.k8s.io/v1"
 # What the API server says when any of the gate's ValidatingAdmissionPolicies refuses a pod.
 DENIAL = re.compile(
@@ -84,6 +87,8 @@ def _params() -> dict[str, str]:
         pool_toleration=Taint.model_validate(POOL_TAINT).toleration(),
         gang_pods=SAMPLES.gang_pods,
         device_classes=TABLE.device_classes,
+        priority_classes=SAMPLES.priority_classes,
+        priority_class_namespaces=[SERVING_NAMESPACE],
     )
 
 
@@ -105,6 +110,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         dra.publish(started.api_client(), {})  # the driver's DeviceClasses, no slice
         for name in TABLE.other_classes:
             cp.request("POST", "/apis/resource.k8s.io/v1/deviceclasses", _other_class(name))
+        # The PriorityClasses the rows name (the Priority admission plugin refuses a pod whose
+        # class does not exist).
+        for priority_class in SAMPLES.priority_class_objects():
+            cp.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", priority_class)
         for namespace in (GATE_NAMESPACE, GATED_NAMESPACE):
             cp.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
         accounts = f"/api/v1/namespaces/{GATED_NAMESPACE}/serviceaccounts"
@@ -262,7 +271,7 @@ def _wrong(sample: Sample, engine: str, api_client: Any, name: str) -> str:
         denial = DENIAL.match(message)
         if denial is None or denial["policy"] not in GATE_POLICIES:
             return f"{engine} {sample.name}: not the gate's refusal: {message}"
-        wanted = (sample.message or "").replace("{pod}", f"{GATED_NAMESPACE}/{name}")
+        wanted = sample.wanted(f"{GATED_NAMESPACE}/{name}", SERVING_NAMESPACE)
         if expected != "refused" or wanted not in denial["message"]:
             return f"{engine} {sample.name}: refused ({denial['message']})"
         return ""

@@ -319,6 +319,37 @@ def test_opa_gate_manifests_gate_data_names_the_pool_taint_of_the_pools_tolerati
     assert [k for k in gate_data("s", [], []) if k.startswith("pool_pods.")] == []
 
 
+def test_opa_gate_manifests_gate_data_names_the_stacks_priority_classes() -> None:
+    data = gate_data(
+        "s",
+        [],
+        [],
+        priority_classes=["gpu-training", "gpu-inference"],
+        priority_class_namespaces=["web", "ml-serving", "web"],
+    )
+    assert data["priority_classes"] == "gpu-inference,gpu-training"
+    assert data["priority_class_namespaces"] == "ml-serving,web"
+    # Without layer 8's classes the document is as it was, namespaces or not; without
+    # namespaces, no key for them.
+    assert gate_data("s", [], [], priority_class_namespaces=["web"]) == gate_data("s", [], [])
+    only = gate_data("s", [], [], priority_classes=["gpu-batch"])
+    assert "priority_class_namespaces" not in only
+
+
+def test_opa_gate_manifests_native_policies_judge_priority_classes_on_creation_only() -> None:
+    variables = {v["name"]: v["expression"] for v in admission_policy_spec()["variables"]}
+    assert variables["stackPriorityClass"].startswith("variables.creating &&")
+    (rule,) = [
+        v
+        for v in admission_policy_spec()["validations"]
+        if "spec.priorityClassName" in v["messageExpression"]
+    ]
+    assert "!variables.priorityClassMisused" in rule["expression"]
+    # OPA is sent what it refuses: a CPU pod naming one of the stack's classes.
+    (webhook,) = webhook_spec(config=CONFIG, client_config={})["matchConditions"]
+    assert "v_priorityClassMisused" in webhook["expression"]
+
+
 def test_opa_gate_manifests_native_policies_read_the_pool_from_their_parameter() -> None:
     validations = admission_policy_spec()["validations"]
     (pool_rule,) = [v for v in validations if "pool's taint" in v["messageExpression"]]

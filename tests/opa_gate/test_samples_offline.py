@@ -51,6 +51,8 @@ SAMPLES = load_samples()
 SCHEDULER = SAMPLES.scheduler
 POOL_TOLERATION = Taint.model_validate(SAMPLES.pool_taint).toleration()
 GATED_NAMESPACE = "team-a"
+# The namespace whose pods may name the stack's PriorityClasses without a GPU (`serving`).
+SERVING_NAMESPACE = "ml-serving"
 # Who creates a sample that names no creator: the cluster admin.
 ADMIN = Identity(user="kubernetes-admin", groups=("system:masters", "system:authenticated"))
 OPERATORS: dict[str, OperatorPods | None] = {
@@ -74,6 +76,8 @@ def _params(operator: OperatorPods | None) -> dict[str, str]:
         operator_pods=operator,
         pool_toleration=POOL_TOLERATION,
         gang_pods=SAMPLES.gang_pods,
+        priority_classes=SAMPLES.priority_classes,
+        priority_class_namespaces=[SERVING_NAMESPACE],
     )
 
 
@@ -87,6 +91,8 @@ def _dra_params(operator: OperatorPods | None) -> dict[str, str]:
         pool_toleration=POOL_TOLERATION,
         gang_pods=SAMPLES.gang_pods,
         device_classes=SAMPLES.dra.device_classes,
+        priority_classes=SAMPLES.priority_classes,
+        priority_class_namespaces=[SERVING_NAMESPACE],
     )
 
 
@@ -116,7 +122,9 @@ def _request(sample: Sample, index: int, source: str) -> dict[str, Any]:
     pods/ephemeralcontainers that adds its container to the pod, bound as `bind` says."""
     name = f"sample-{index}"
     operator = _operator_namespace(source)
-    namespace = operator if sample.namespace == "operator" else GATED_NAMESPACE
+    namespace = {"operator": operator, "serving": SERVING_NAMESPACE}.get(
+        sample.namespace, GATED_NAMESPACE
+    )
     creator = sample.creator(operator, namespace) or ADMIN
     pod = _defaulted(sample.pod(name))
     pod["metadata"]["namespace"] = namespace
@@ -236,7 +244,7 @@ def _tolerates(tolerations: list[dict[str, str]]) -> bool:
 
 def _wrong(sample: Sample, engine: str, request: dict[str, Any], outcome: str, message: str) -> str:
     expected = sample.verdict(engine)
-    wanted = (sample.message or "").replace("{pod}", f"{request['namespace']}/{request['name']}")
+    wanted = sample.wanted(f"{request['namespace']}/{request['name']}", SERVING_NAMESPACE)
     if outcome != expected:
         return f"{engine} {sample.name}: {outcome} ({message}), table says {expected}"
     if outcome == "refused" and wanted not in message:
