@@ -23,7 +23,7 @@ kubernetesVersion (the binpack scheduler's image tag) against the API server's /
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -32,6 +32,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.kubernetes_version import major_minor
+from components.object_meta import NamespaceLabel
 from components.ownership import (
     HELM_RELEASE_API,
     HELM_RELEASE_KIND,
@@ -268,12 +269,15 @@ class ClusterAccess:
     sections: Mapping[str, LayerSection] = field(default_factory=dict)
     """{layer component class name: its section}, what a refusal of a layer's object names."""
 
-    def use_namespace(self, layer: pulumi.Resource, name: str) -> None:
+    def use_namespace(
+        self, layer: pulumi.Resource, name: str, needs: Iterable[NamespaceLabel] = ()
+    ) -> None:
         """`layer` uses namespace `name` (its namespace setting) without creating it: it must
-        exist."""
+        exist and carry the labels of `needs` (what the layer would put on a namespace it
+        creates for its pods to run), or preview and up stop naming the label and the fix."""
         if self.ownership is not None:
             section = _section(layer, self.sections)
-            self.ownership.used_namespaces[name] = section.namespace_key or section.key
+            self.ownership.use_namespace(name, section.namespace_key or section.key, needs)
 
     def seal(self) -> None:
         """Every object is declared: check them on the cluster, then write the claim (the

@@ -2,13 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from components.settings import PROJECT
 
 PART_OF: Mapping[str, str] = {"app.kubernetes.io/part-of": PROJECT}
-"""The label on every object the stack owns."""
+"""The label on every object the stack owns: bookkeeping, never asked of a namespace the stack
+uses without owning it (NamespaceLabel is what is)."""
+
+
+@dataclass(frozen=True)
+class NamespaceLabel:
+    """A label a layer's pods need on their namespace to run or to work (Pod Security's enforce
+    level, DRA admin access), with why. One home for both uses: the layer puts it on the
+    namespace it creates, and with createNamespace false the ownership check refuses an
+    existing namespace without it (components/ownership.py, namespace_problems)."""
+
+    key: str
+    value: str
+    why: str
+    """What breaks without it, for the refusal."""
+
+
+def namespace_labels(required: Iterable[NamespaceLabel]) -> dict[str, str]:
+    """{key: value} of `required`, for a namespace's metadata."""
+    return {label.key: label.value for label in required}
 
 
 def object_meta(

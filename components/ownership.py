@@ -15,6 +15,10 @@ reads the cluster:
   either absent, or listed in this stack's claim: the claim records what the stack manages,
   and is written before those objects are. An object that exists and is not on that list is
   someone else's, and the run stops naming it and the ways out.
+- **Every namespace a layer uses without creating it** (`createNamespace: false`) exists and
+  carries the labels the layer's pods need there (NamespaceLabel: Pod Security's enforce level,
+  DRA admin access), the ones the layer would put on a namespace it creates; its bookkeeping
+  labels (part-of) are not asked of a namespace the stack does not own.
 
 Objects declared by the program are collected by the stack transformation at registration
 (names and namespaces must be plain strings, so they are known before anything is applied);
@@ -34,7 +38,7 @@ from typing import Any
 
 import pulumi
 
-from components.object_meta import PART_OF
+from components.object_meta import PART_OF, NamespaceLabel
 from components.settings import NOT_SHOWN, PROJECT, Problem
 
 HELM_RELEASE_API = "helm.sh/v3"
@@ -122,6 +126,15 @@ class LiveClaim:
     stack_label: str
     objects: frozenset[ObjectRef] | None
     """What it lists as the stack's, None when it lists nothing."""
+
+
+@dataclass(frozen=True)
+class UsedNamespace:
+    """A namespace a layer uses without creating it: the config key that names it
+    (`gpuOperator.namespace`), and the labels the layer's pods need on it."""
+
+    key: str
+    needs: tuple[NamespaceLabel, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -225,22 +238,53 @@ def object_problems(
     return problems
 
 
-def missing_namespace_problems(
-    used: Mapping[str, str], live_namespaces: Iterable[str]
+def _create_namespace_key(key: str) -> str:
+    """The createNamespace key beside namespace key `key` (`gpuOperator.namespace`)."""
+    section, dot, _ = key.rpartition(".")
+    return f"{section}.createNamespace" if dot else "createNamespace"
+
+
+def _label_refusal(name: str, key: str, need: NamespaceLabel, have: str | None) -> str:
+    create = _create_namespace_key(key)
+    found = f"has no label {need.key}" if have is None else f"has {need.key}={have}"
+    overwrite = "" if have is None else " --overwrite"
+    return (
+        f"namespace {name} {found}; with {create}: false it must carry {need.key}={need.value} "
+        f"({need.why}): label it (`kubectl label namespace {name} {need.key}={need.value}"
+        f"{overwrite}`), or set {create}: true to let the layer create it"
+    )
+
+
+def namespace_problems(
+    used: Mapping[str, UsedNamespace], live: Mapping[str, Mapping[str, str]]
 ) -> list[Problem]:
-    """Namespaces a layer uses without creating them (`used`: {name: config key}) that do not
-    exist."""
-    present = set(live_namespaces)
-    return [
-        Problem(
-            key=key,
-            value=name,
-            allowed="no such namespace; with createNamespace: false the namespace must exist "
-            "before `up` (create it, or set createNamespace: true to let the layer create it)",
+    """Namespaces a layer uses without creating them (`used`: {name: its key and needs}) that
+    do not exist (`live`: {name: labels} of those that do), or that lack a label the layer's
+    pods need or carry another value: every problem, one a label, by namespace."""
+    problems = []
+    for name, use in sorted(used.items()):
+        labels = live.get(name)
+        if labels is None:
+            create = _create_namespace_key(use.key)
+            problems.append(
+                Problem(
+                    key=use.key,
+                    value=name,
+                    allowed=f"no such namespace; with {create}: false the namespace must exist "
+                    f"before `up` (create it, or set {create}: true to let the layer create it)",
+                )
+            )
+            continue
+        problems.extend(
+            Problem(
+                key=use.key,
+                value=name,
+                allowed=_label_refusal(name, use.key, need, labels.get(need.key)),
+            )
+            for need in use.needs
+            if labels.get(need.key) != need.value
         )
-        for name, key in sorted(used.items())
-        if name not in present
-    ]
+    return problems
 
 
 # --------------------------------------------------------------------------- reading the cluster
@@ -343,10 +387,15 @@ class ClusterReader:
             found.append(LiveObject(ref=ref, part_of=part_of))
         return found
 
-    def namespaces(self, names: Iterable[str]) -> list[str]:
-        return [
-            n for n in sorted(set(names)) if self._get(f"/api/v1/namespaces/{n}", ()) is not None
-        ]
+    def namespaces(self, names: Iterable[str]) -> dict[str, dict[str, str]]:
+        """{name: labels} of the namespaces of `names` that exist (one GET each)."""
+        found = {}
+        for name in sorted(set(names)):
+            obj = self._get(f"/api/v1/namespaces/{name}", ())
+            if obj is not None:
+                labels = (obj.get("metadata") or {}).get("labels") or {}
+                found[name] = {str(k): str(v) for k, v in labels.items()}
+        return found
 
 
 def read_claim(
@@ -406,8 +455,9 @@ class Ownership:
     context: str | None
     claim_where: tuple[str, str]
     keys: ClaimKeys
-    used_namespaces: dict[str, str] = field(default_factory=dict)
-    """{namespace name: config key} of the namespaces layers use without creating them."""
+    used_namespaces: dict[str, UsedNamespace] = field(default_factory=dict)
+    """{namespace name: its config key and the labels its layer needs} of the namespaces layers
+    use without creating them."""
     declared: list[Declared] = field(default_factory=list)
     _result: asyncio.Future[str] = field(init=False, repr=False)
     _task: asyncio.Future[None] | None = field(default=None, init=False, repr=False)
@@ -428,6 +478,17 @@ class Ownership:
         if self._sealed:
             raise RuntimeError(f"{ref} declared after the ownership check was sealed")
         self.declared.append(Declared(ref, key))
+
+    def use_namespace(self, name: str, key: str, needs: Iterable[NamespaceLabel] = ()) -> None:
+        """A layer uses namespace `name` (named by config key `key`) without creating it: it
+        must exist, with the labels of `needs`."""
+        if self._sealed:
+            raise RuntimeError(f"namespace {name} used after the ownership check was sealed")
+        earlier = self.used_namespaces.get(name)
+        kept = earlier.needs if earlier is not None else ()
+        self.used_namespaces[name] = UsedNamespace(
+            earlier.key if earlier is not None else key, (*kept, *needs)
+        )
 
     def abandon(self, error: BaseException) -> None:
         """The program failed before seal(): the verdict is `error`, so the claim and what
@@ -476,7 +537,7 @@ class Ownership:
                     applied=any(o.part_of for o in live),
                 ),
                 *object_problems(self.declared, live, claim, stack_id, retake=self.retake),
-                *missing_namespace_problems(self.used_namespaces, namespaces),
+                *namespace_problems(self.used_namespaces, namespaces),
             ]
             if problems:
                 result.set_exception(OwnershipError(problems))

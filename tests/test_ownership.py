@@ -6,16 +6,24 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
+from components.gpu_operator.manifests import operator_namespace_needs
+from components.gpu_operator.settings import DRA_ADMIN_NAMESPACE_LABEL, Allocation
+from components.object_meta import PART_OF, NamespaceLabel
 from components.ownership import (
+    ClusterReader,
     Declared,
     LiveClaim,
     LiveObject,
     ObjectRef,
     OwnershipError,
+    UsedNamespace,
     claim_problems,
+    namespace_problems,
     object_problems,
     objects_record,
     parse_objects_record,
@@ -28,6 +36,7 @@ from tests.fake_cluster import (
     claimed_cluster,
     namespace_object,
 )
+from tools.harness.pulumi_engine import project_config
 
 NAMESPACE = ObjectRef("v1", "Namespace", "", "monitoring")
 CONFIG_MAP = ObjectRef("v1", "ConfigMap", "kube-system", "gpu-binpack-scheduler")
@@ -237,3 +246,163 @@ def test_ownership_a_program_that_breaks_before_the_check_fails_the_run_instead_
 
     monkeypatch.setattr(components, "OpaGate", broken)
     assert [str(f) for f in _failures_of_a_dev_run()] == ["a layer broke"]
+
+
+# ------------------------------------------------------------------ namespaces used, not created
+
+ENFORCE = "pod-security.kubernetes.io/enforce"
+PRIVILEGED = NamespaceLabel(ENFORCE, "privileged", "operands run privileged")
+ADMIN = NamespaceLabel(DRA_ADMIN_NAMESPACE_LABEL, "true", "dcgm-exporter's admin claim")
+OPS = {"ops": UsedNamespace("gpuOperator.namespace", (PRIVILEGED, ADMIN))}
+
+
+@pytest.mark.parametrize(
+    ("used", "live", "refused"),
+    [
+        # A namespace with what the layer needs; other labels (not part-of) do not matter.
+        (OPS, {"ops": {ENFORCE: "privileged", DRA_ADMIN_NAMESPACE_LABEL: "true", "team": "a"}}, []),
+        # Missing: one problem, whatever it would need.
+        (OPS, {}, [("ops", None)]),
+        # Every label it lacks or has with another value, each its own problem.
+        (OPS, {"ops": {}}, [("ops", ENFORCE), ("ops", DRA_ADMIN_NAMESPACE_LABEL)]),
+        (
+            OPS,
+            {"ops": {ENFORCE: "baseline", DRA_ADMIN_NAMESPACE_LABEL: "true"}},
+            [("ops", ENFORCE)],
+        ),
+        (
+            OPS,
+            {"ops": {ENFORCE: "privileged", DRA_ADMIN_NAMESPACE_LABEL: "false"}},
+            [("ops", DRA_ADMIN_NAMESPACE_LABEL)],
+        ),
+        # A layer that needs nothing: any namespace that exists will do.
+        ({"monitoring": UsedNamespace("monitoring.namespace")}, {"monitoring": {}}, []),
+        # Several namespaces: every problem at once, by namespace.
+        (
+            {**OPS, "monitoring": UsedNamespace("monitoring.namespace", (PRIVILEGED,))},
+            {"ops": {ENFORCE: "restricted", DRA_ADMIN_NAMESPACE_LABEL: "true"}},
+            [("monitoring", None), ("ops", ENFORCE)],
+        ),
+    ],
+    ids=["labelled", "missing", "unlabelled", "other-level", "admin-false", "no-needs", "several"],
+)
+def test_ownership_namespace_rules(
+    used: Mapping[str, UsedNamespace],
+    live: Mapping[str, Mapping[str, str]],
+    refused: list[tuple[str, str | None]],
+) -> None:
+    """(namespace, the label it lacks, or None when the namespace itself is missing)."""
+    problems = namespace_problems(used, live)
+    assert [p.key for p in problems] == [used[p.value].key for p in problems]
+    found = [
+        (
+            p.value,
+            p.allowed.split(" must carry ")[1].split("=")[0]
+            if " must carry " in p.allowed
+            else None,
+        )
+        for p in problems
+    ]
+    assert found == refused
+
+
+def test_ownership_a_namespace_without_a_needed_label_names_the_key_label_value_and_fix() -> None:
+    unlabelled, other = (
+        namespace_problems(OPS, {"ops": labels})[0]
+        for labels in ({DRA_ADMIN_NAMESPACE_LABEL: "true"}, {ENFORCE: "baseline"})
+    )
+    assert str(unlabelled) == (
+        "gpu-cluster:gpuOperator.namespace: got 'ops'; namespace ops has no label "
+        f"{ENFORCE}; with gpuOperator.createNamespace: false it must carry {ENFORCE}=privileged "
+        f"(operands run privileged): label it (`kubectl label namespace ops {ENFORCE}="
+        "privileged`), or set gpuOperator.createNamespace: true to let the layer create it"
+    )
+    assert f"namespace ops has {ENFORCE}=baseline;" in str(other)
+    assert f"`kubectl label namespace ops {ENFORCE}=privileged --overwrite`" in str(other)
+
+
+def test_ownership_a_missing_namespace_names_its_layers_create_namespace_key() -> None:
+    (problem,) = namespace_problems(OPS, {})
+    assert str(problem) == (
+        "gpu-cluster:gpuOperator.namespace: got 'ops'; no such namespace; with "
+        "gpuOperator.createNamespace: false the namespace must exist before `up` (create it, "
+        "or set gpuOperator.createNamespace: true to let the layer create it)"
+    )
+
+
+def test_ownership_the_reader_gets_each_used_namespace_once_with_its_labels() -> None:
+    cluster = FakeCluster([namespace_object("ops", {ENFORCE: "privileged"})])
+    found = ClusterReader(cluster.get).namespaces(["ops", "gone", "ops"])
+    assert found == {"ops": {ENFORCE: "privileged"}}
+    assert sorted(cluster.reads) == ["/api/v1/namespaces/gone", "/api/v1/namespaces/ops"]
+
+
+@pytest.mark.parametrize(
+    ("allocation", "needed"),
+    [
+        ("device-plugin", {ENFORCE: "privileged"}),
+        ("dra", {ENFORCE: "privileged", DRA_ADMIN_NAMESPACE_LABEL: "true"}),
+    ],
+)
+def test_ownership_the_operator_needs_its_pod_security_level_and_dra_admin_access_not_part_of(
+    allocation: Allocation, needed: dict[str, str]
+) -> None:
+    needs = operator_namespace_needs(allocation)
+    assert {n.key: n.value for n in needs} == needed
+    assert not PART_OF.keys() & needed.keys()
+
+
+# The program under mocks: the operator in `ops`, a namespace made beforehand.
+
+
+def _operator_in(namespace: str, allocation: str = "device-plugin") -> dict[str, Any]:
+    """The local stack's config overrides: its GPU Operator in `namespace`, which it uses
+    without creating (with allocation dra, the first chart with GPUCluster); no monitoring,
+    which needs a password these tests do not set."""
+    local = project_config("local")
+    operator = {**local["gpuOperator"], "namespace": namespace, "createNamespace": False}
+    if allocation == "dra":
+        operator.update(allocation="dra", version="v26.7.0")
+    return {"gpuOperator": operator, "monitoring": {**local["monitoring"], "enabled": False}}
+
+
+@pytest.mark.usefixtures("empty_kubeconfig_env")
+@pytest.mark.parametrize(
+    ("allocation", "labels", "missing"),
+    [
+        ("device-plugin", {}, [ENFORCE]),
+        ("device-plugin", {ENFORCE: "baseline"}, [ENFORCE]),
+        ("dra", {}, [ENFORCE, DRA_ADMIN_NAMESPACE_LABEL]),
+        ("dra", {ENFORCE: "privileged"}, [DRA_ADMIN_NAMESPACE_LABEL]),
+    ],
+    ids=["device-plugin-unlabelled", "device-plugin-baseline", "dra-unlabelled", "dra-no-admin"],
+)
+def test_ownership_the_program_refuses_an_existing_operator_namespace_without_its_labels(
+    allocation: str, labels: dict[str, str], missing: list[str]
+) -> None:
+    cluster = FakeCluster([claim_object(), namespace_object("ops", labels)])
+    with pytest.raises(OwnershipError) as refused:
+        run_program("local", _operator_in("ops", allocation), cluster=cluster)
+    problems = refused.value.problems
+    assert [(p.key, p.value) for p in problems] == [("gpuOperator.namespace", "ops")] * len(missing)
+    for problem, label in zip(problems, missing, strict=True):
+        assert f"must carry {label}=" in problem.allowed
+        assert f"`kubectl label namespace ops {label}=" in problem.allowed
+        assert "gpuOperator.createNamespace: true" in problem.allowed
+    assert "nothing was applied" in str(refused.value)
+
+
+@pytest.mark.usefixtures("empty_kubeconfig_env")
+@pytest.mark.parametrize("allocation", ["device-plugin", "dra"])
+def test_ownership_the_program_uses_an_existing_operator_namespace_with_its_labels(
+    allocation: Allocation,
+) -> None:
+    needed = {n.key: n.value for n in operator_namespace_needs(allocation)}
+    cluster = FakeCluster([claim_object(), namespace_object("ops", {**needed, "team": "ops"})])
+    recording = run_program("local", _operator_in("ops", allocation), cluster=cluster)
+    assert recording.named("gpu-operator-release").inputs["namespace"] == "ops"
+    assert not [
+        r
+        for r in recording.of_type("kubernetes:core/v1:Namespace")
+        if r.inputs["metadata"]["name"] == "ops"
+    ]

@@ -3,9 +3,11 @@
 A `helm.v3.Release` rather than `helm.v4.Chart`: the chart upgrades its CRDs from a Helm
 pre-upgrade hook (`operator.upgradeCRD`), and v4 Chart renders templates without running hooks.
 The release lives in its own namespace, labelled for privileged pods (the operands mount host
-paths). The operand and NFD worker daemonsets tolerate exactly the GPU pool's taint, taken from
-TaintedGpuPool's output, so the taint is written once and the release also waits for every GPU
-node to be tainted. Time-slicing, when set, is a ConfigMap in the operator's namespace that the
+paths); with createNamespace false the existing namespace must carry the same labels
+(operator_namespace_needs; the ownership check refuses it at preview otherwise). The operand
+and NFD worker daemonsets tolerate exactly the GPU pool's taint, taken from TaintedGpuPool's
+output, so the taint is written once and the release also waits for every GPU node to be
+tainted. Time-slicing, when set, is a ConfigMap in the operator's namespace that the
 device plugin is pointed at (its migStrategy follows mig.strategy). `values` is deep-merged last
 (objects key by key, anything else replaced), for chart settings without a typed field, e.g.
 {driver: {version: "580.95.05"}}. The chart's own dcgm-exporter ServiceMonitor stays off:
@@ -45,6 +47,7 @@ from components.charts import helm_chart
 from components.cluster_access import ClusterAccess, ClusterLayer
 from components.gpu_operator.manifests import (
     operator_namespace,
+    operator_namespace_needs,
     operator_values,
     time_slicing_config_map,
 )
@@ -106,7 +109,9 @@ class GpuOperator(ClusterLayer):
                 child, pulumi.ResourceOptions(depends_on=[namespace])
             )
         else:
-            args.access.use_namespace(self, args.namespace)
+            args.access.use_namespace(
+                self, args.namespace, operator_namespace_needs(args.allocation)
+            )
 
         config_name: pulumi.Output[str | None] = pulumi.Output.from_input(None)
         if args.device_plugin.time_slicing is not None:

@@ -22,11 +22,12 @@ from components.gpu_operator.settings import (
     MigStrategy,
     TimeSlicing,
 )
-from components.object_meta import PART_OF, object_meta
+from components.object_meta import PART_OF, NamespaceLabel, namespace_labels, object_meta
 
 # The name the device plugin's time-slicing config is stored under in the ConfigMap.
 TIME_SLICING_KEY = "any"
 TIME_SLICING_CONFIG_MAP = "time-slicing-config"
+POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -41,17 +42,48 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return merged
 
 
-def operator_namespace(name: str, allocation: Allocation = "device-plugin") -> dict[str, Any]:
-    """The operator's Namespace, labelled for privileged pods, and with allocation dra for
-    DRA admin access (dcgm-exporter's claim on every GPU of its node: settings.py,
-    DRA_ADMIN_NAMESPACE_LABEL).
+def operator_namespace_needs(
+    allocation: Allocation = "device-plugin",
+) -> tuple[NamespaceLabel, ...]:
+    """The labels the operator's pods need on its namespace: on the one the layer creates, and
+    on an existing one it uses (createNamespace false; the ownership check refuses one without
+    them). Pod Security's enforce level privileged, always as a label: the cluster's default
+    level is in the API server's admission configuration, which the stack cannot read (the
+    upstream default is privileged; a hardened cluster's is baseline or restricted). With
+    allocation dra, DRA admin access (dcgm-exporter's claim on every GPU of its node:
+    settings.py, DRA_ADMIN_NAMESPACE_LABEL). The stack's part-of label is bookkeeping, not a
+    need: operator_namespace adds it to the namespace it owns.
 
     Operands (driver, toolkit, device plugin) run privileged and mount host paths.
     # Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/getting-started.html
+    # Ref: https://kubernetes.io/docs/concepts/security/pod-security-admission/
     """
-    labels = {**PART_OF, "pod-security.kubernetes.io/enforce": "privileged"}
+    needs = [
+        NamespaceLabel(
+            POD_SECURITY_ENFORCE,
+            "privileged",
+            "the operator's driver, toolkit and device plugin pods run privileged and mount "
+            "host paths, which Pod Security admits only at privileged; the stack cannot read "
+            "the cluster's default level, so the namespace must say it",
+        )
+    ]
     if allocation == "dra":
-        labels[DRA_ADMIN_NAMESPACE_LABEL] = "true"
+        needs.append(
+            NamespaceLabel(
+                DRA_ADMIN_NAMESPACE_LABEL,
+                "true",
+                "with gpuOperator.allocation dra, dcgm-exporter holds every GPU of its node "
+                "through an admin-access ResourceClaim, which DRA allows only in a namespace so "
+                "labelled; without it dcgm-exporter never starts and GPU metrics go dark",
+            )
+        )
+    return tuple(needs)
+
+
+def operator_namespace(name: str, allocation: Allocation = "device-plugin") -> dict[str, Any]:
+    """The operator's Namespace: what its pods need (operator_namespace_needs) and the stack's
+    part-of label."""
+    labels = {**PART_OF, **namespace_labels(operator_namespace_needs(allocation))}
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": object_meta(name, labels=labels)}
 
 

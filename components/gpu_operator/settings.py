@@ -230,7 +230,8 @@ class GpuOperatorSettings(Settings):
     not exist before the first `up`, unless createNamespace is false."""
     create_namespace: Annotated[bool, BOOL] = True
     """Create `namespace` (true), or use an existing one without owning it (false: it must
-    exist, admit privileged pods, and `destroy` leaves it)."""
+    exist labelled pod-security.kubernetes.io/enforce=privileged, and with allocation dra also
+    resource.kubernetes.io/admin-access=true, which preview checks; `destroy` leaves it)."""
     repository: Annotated[str, HELM_REPOSITORY] = DEFAULT_REPOSITORY
     """Where the chart comes from: a chart repository URL, an OCI registry (oci://host/path)
     or a local chart archive or directory (air-gapped installs; `version` is then the copy's)."""

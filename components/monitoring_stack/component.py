@@ -51,6 +51,7 @@ from components.monitoring_stack.manifests import (
     gpu_dashboard,
     grafana_admin_secret,
     monitoring_namespace,
+    monitoring_namespace_needs,
     prometheus_rule,
     stack_values,
 )
@@ -197,10 +198,11 @@ class MonitoringStack(ClusterLayer):
 
     def _namespace(self, args: MonitoringStackArgs) -> str:
         """The stack's namespace: created here unless createNamespace is false (then it must
-        exist, and destroy leaves it). Its name is plain, so the stack checks its objects before
-        applying any; the children declared after this wait for the namespace it creates."""
+        exist with the labels monitoring_namespace_needs names, and destroy leaves it). Its name
+        is plain, so the stack checks its objects before applying any; the children declared
+        after this wait for the namespace it creates."""
         if not args.create_namespace:
-            args.access.use_namespace(self, args.namespace)
+            args.access.use_namespace(self, args.namespace, monitoring_namespace_needs())
             return args.namespace
         namespace = k8s.core.v1.Namespace(
             f"{self.pulumi_resource_name}-namespace",

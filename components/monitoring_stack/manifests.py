@@ -28,7 +28,7 @@ from components.monitoring_stack.settings import (
     MonitoringStackSettings,
     parse_labels_allowlist,
 )
-from components.object_meta import PART_OF, object_meta
+from components.object_meta import PART_OF, NamespaceLabel, namespace_labels, object_meta
 from components.settings import PROJECT
 
 HERE = Path(__file__).resolve().parent
@@ -314,9 +314,21 @@ def dra_kube_state_metrics(chart: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def monitoring_namespace_needs() -> tuple[NamespaceLabel, ...]:
+    """The labels the layer's pods need on its namespace: on the one it creates, and on an
+    existing one it uses (createNamespace false; the ownership check refuses one without them).
+    None today: the part-of label is the stack's bookkeeping, not a need.
+    (kube-prometheus-stack's node-exporter uses the host's network, PIDs and paths, which only
+    Pod Security's privileged level admits; the layer sets no level on the namespace it creates
+    either, so both rest on the cluster's default level.)"""
+    return ()
+
+
 def monitoring_namespace(name: str) -> dict[str, Any]:
-    """The stack's Namespace."""
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": object_meta(name, labels=PART_OF)}
+    """The stack's Namespace: what its pods need (monitoring_namespace_needs) and the stack's
+    part-of label."""
+    labels = {**PART_OF, **namespace_labels(monitoring_namespace_needs())}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": object_meta(name, labels=labels)}
 
 
 def grafana_admin_secret(namespace: object, password: object) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from components.gpu_operator.manifests import (
     TIME_SLICING_KEY,
     deep_merge,
     operator_namespace,
+    operator_namespace_needs,
     operator_values,
     time_slicing_config,
     time_slicing_config_map,
@@ -81,6 +82,20 @@ def test_operator_namespace_with_dra_allows_admin_access_claims() -> None:
     assert labels.pop("resource.kubernetes.io/admin-access") == "true"
     assert {**dra, "metadata": {**dra["metadata"], "labels": labels}} == plain
     assert operator_namespace("gpu-operator", "device-plugin") == plain
+
+
+@pytest.mark.parametrize("allocation", ["device-plugin", "dra"])
+def test_operator_namespace_carries_what_an_existing_one_must_and_the_stacks_label(
+    allocation: Any,
+) -> None:
+    """One home for the labels the operator's pods need: the namespace the layer creates
+    carries exactly those and the stack's part-of label, which alone is not asked of an
+    existing namespace (createNamespace false)."""
+    needs = {n.key: n.value for n in operator_namespace_needs(allocation)}
+    labels = operator_namespace("gpu-operator", allocation)["metadata"]["labels"]
+    assert labels == {"app.kubernetes.io/part-of": "gpu-cluster", **needs}
+    assert "app.kubernetes.io/part-of" not in needs
+    assert all(n.why for n in operator_namespace_needs(allocation))
 
 
 def test_dcgm_exporter_service_of_each_allocation() -> None:

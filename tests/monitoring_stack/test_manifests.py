@@ -28,6 +28,7 @@ from components.monitoring_stack.manifests import (
     kube_state_metrics_label,
     kube_state_metrics_resource,
     monitoring_namespace,
+    monitoring_namespace_needs,
     prometheus_rule,
     rule_groups,
     stack_values,
@@ -173,6 +174,12 @@ def test_monitoring_namespace_is_the_stacks() -> None:
         "name": "monitoring",
         "labels": PART_OF,
     }
+
+
+def test_monitoring_namespace_asks_nothing_of_an_existing_one() -> None:
+    """The part-of label is the stack's bookkeeping: a namespace the layer uses without
+    creating it (createNamespace false) needs no label of the stack's."""
+    assert monitoring_namespace_needs() == ()
 
 
 def test_grafana_admin_secret_holds_the_password_as_given() -> None:
