@@ -1,11 +1,10 @@
 """Loads gpu_scheduler.cel.yaml, the static CEL of the native engines (beside the Rego it mirrors).
 
-The rules are written once, in policies/gpu_scheduler.cel.yaml, and read the gate's
-configuration from the parameter document (`params`); nothing here writes configuration into
-CEL, except for the webhook, which has neither params nor variables: webhook_conditions()
-inlines the variables and puts the parameter document in place of `params`, once, from the
-same text. The claim policies of DRA mode (claim_variables() and the rest) have a template or
-claim as `params`, so the parameter document is written into them as their `config` variable.
+The rules are written once, in policies/gpu_scheduler.cel.yaml; the gate's configuration, the
+parameter document, is written into each policy as its `config` variable (the file's
+`$document`), so no parameter object stands between the cluster and the rules. The webhook,
+which has no variables, gets them inlined (webhook_conditions()). The claim policies of DRA mode
+(claim_variables() and the rest) have a template or claim as `params`.
 components/opa_gate/manifests.py wraps these pieces into the objects.
 """
 
@@ -25,6 +24,11 @@ CEL_FILE = Path(__file__).resolve().with_name("gpu_scheduler.cel.yaml")
 _VARIABLE = re.compile(r"\bvariables\.([A-Za-z_][A-Za-z0-9_]*)\b")
 # The prefix of the names inline() binds a variable to.
 _BOUND = "v_"
+# Where the file's `config` variable takes the parameter document.
+_DOCUMENT = "$document"
+DEVICE_CLASSES_KEY = "gpu_device_classes"
+"""The parameter document's key for the DeviceClasses whose claims are GPU requests (DRA
+mode); the CEL file reads it by this name."""
 
 
 def literal(value: str | Sequence[str] | Mapping[str, Any]) -> str:
@@ -43,13 +47,33 @@ def _load() -> dict[str, Any]:
     return loaded
 
 
-def variables(*, claims_looked_up: bool = False) -> list[dict[str, str]]:
-    """The variables both policies declare (each may use the ones before it). With
-    `claims_looked_up` (DRA mode) gpuNames leaves resource claims to the claim policies."""
-    declared = [dict(v) for v in _load()["variables"]]
-    if claims_looked_up:
+def variables(params: Mapping[str, str]) -> list[dict[str, str]]:
+    """The variables both policies declare (each may use the ones before it), the parameter
+    document `params` written in as `config`. In DRA mode (the document has device classes)
+    gpuNames leaves resource claims to the claim policies."""
+    declared = [
+        {**v, "expression": v["expression"].replace(_DOCUMENT, literal(params))}
+        for v in _load()["variables"]
+    ]
+    if not any(
+        v["name"] == "config" and _DOCUMENT in v["expression"] for v in _load()["variables"]
+    ):
+        raise ValueError(f"{CEL_FILE.name}: the config variable must be {_DOCUMENT}")
+    if claims_looked_up(params):
         return _replaced(declared, "gpuNames", _load()["claims"]["podGpuNames"])
     return declared
+
+
+def document(spec_variables: Sequence[Mapping[str, str]]) -> dict[str, str]:
+    """The parameter document a policy was rendered with (its `config` variable)."""
+    (config,) = [v["expression"] for v in spec_variables if v["name"] == "config"]
+    found: dict[str, str] = json.loads(config)
+    return found
+
+
+def claims_looked_up(params: Mapping[str, str]) -> bool:
+    """Whether the parameter document is DRA mode's (it names device classes)."""
+    return bool(params.get(DEVICE_CLASSES_KEY))
 
 
 # A validation's keys in the API; the file's own marks (`claims`) are not rendered.
@@ -61,15 +85,15 @@ def validations() -> list[dict[str, str]]:
     return [{k: v[k] for k in v if k in _VALIDATION_FIELDS} for v in _load()["validations"]]
 
 
-def routing_variables(*, claims_looked_up: bool = False) -> list[dict[str, str]]:
+def routing_variables(params: Mapping[str, str]) -> list[dict[str, str]]:
     """The MutatingAdmissionPolicy's variables: variables() and its own."""
-    return variables(claims_looked_up=claims_looked_up) + _routing_own()
+    return variables(params) + _routing_own()
 
 
-def routing_conditions(*, claims_looked_up: bool = False) -> list[dict[str, str]]:
+def routing_conditions(params: Mapping[str, str]) -> list[dict[str, str]]:
     """The MutatingAdmissionPolicy's match conditions, the variables inlined: the API server
-    refuses a policy whose match conditions name variables (they may read `params`)."""
-    declared = routing_variables(claims_looked_up=claims_looked_up)
+    refuses a policy whose match conditions name variables."""
+    declared = routing_variables(params)
     return [
         {"name": c["name"], "expression": inline(c["expression"], declared)}
         for c in _load()["routing"]["matchConditions"]
@@ -113,10 +137,7 @@ def claim_variables(kind: str, params: Mapping[str, str]) -> list[dict[str, str]
         )
 
     declared: list[dict[str, str]] = []
-    for variable in variables():
-        if variable["name"] == "config":
-            declared.append({"name": "config", "expression": literal(params)})
-            continue
+    for variable in variables(params):
         if variable["name"] == "gpuNames":
             declared.extend(
                 {"name": v["name"], "expression": filled(v["expression"])}
@@ -199,17 +220,11 @@ def _let(name: str, value: str, condition: str) -> str:
     return f"[{value}].exists({name}, {condition})"
 
 
-def with_params(expression: str, params: Mapping[str, str]) -> str:
-    """`expression` with `params` bound to a ConfigMap-shaped literal holding `params` as its
-    data (written once)."""
-    return _let("params", f"dyn({{'data': {literal(params)}}})", expression)
-
-
 def webhook_conditions(params: Mapping[str, str]) -> list[dict[str, str]]:
-    """The webhook's match conditions: the file's, with the variables inlined and `params`
-    replaced by the parameter document `params` (a webhook has neither)."""
+    """The webhook's match conditions: the file's, with the variables inlined (a webhook has
+    none), the parameter document `params` written in."""
     return [
-        {"name": c["name"], "expression": with_params(inline(c["expression"], variables()), params)}
+        {"name": c["name"], "expression": inline(c["expression"], variables(params))}
         for c in _load()["webhook"]["matchConditions"]
     ]
 

@@ -63,6 +63,24 @@ class Recording:
     def by_urn(self, urn: str) -> Registration:
         return next(r for r in self.resources if r.urn == urn)
 
+    def gate_policy(self) -> Registration:
+        """The native gate's ValidatingAdmissionPolicy (gpu-scheduler-gate)."""
+        (policy,) = [
+            r
+            for r in self.of_type(
+                "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+            )
+            if r.inputs["metadata"]["name"] == "gpu-scheduler-gate"
+        ]
+        return policy
+
+    def gate_document(self) -> dict[str, str]:
+        """The gate's parameter document (gate_data()) as the native gate's policy was
+        rendered with it."""
+        from components.opa_gate.manifests import written_document
+
+        return written_document(self.gate_policy().inputs["spec"])
+
 
 UNREACHABLE_PREFIX = "unreachable-"
 """Nodes named so fail in the node-set providers' mocks, as a node the API server refuses."""

@@ -14,7 +14,6 @@ import yaml
 from components.opa_gate.manifests import (
     GATE_CONFIG_FILE,
     GATE_CONFIGMAP,
-    GATE_PARAMS_CONFIGMAP,
     gate_list,
 )
 from tests.conftest import Recording, run_program
@@ -37,7 +36,7 @@ def _kubeconfig(empty_kubeconfig_env: Path) -> None:
 
 def _gate_lists(recording: Recording, engine: str) -> tuple[list[str], list[str]]:
     """The GPU resource names and prefixes the applied gate matches, read from its parameter
-    document: OPA's gate.json, or the params ConfigMap the native policies read. The webhook's
+    document: OPA's gate.json, or the one written into the native policies. The webhook's
     match condition, which cannot read a parameter, has the same document written in."""
     maps = recording.of_type("kubernetes:core/v1:ConfigMap")
     if engine == "opa":
@@ -50,8 +49,7 @@ def _gate_lists(recording: Recording, engine: str) -> tuple[list[str], list[str]
         document = json.dumps(data["gpu_resources"])
         assert any(document in e for e in conditions), conditions
     else:
-        (params,) = [r for r in maps if r.inputs["metadata"]["name"] == GATE_PARAMS_CONFIGMAP]
-        data = params.inputs["data"]
+        data = recording.gate_document()
     return gate_list(data, "gpu_resources"), gate_list(data, "gpu_resource_prefixes")
 
 

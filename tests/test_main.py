@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from components.cluster_access import CLAIM_KEY, CLAIM_LABEL_KEY, PATCH_FORCE
-from components.opa_gate.manifests import GATE_PARAMS_CONFIGMAP, gate_list
+from components.opa_gate.manifests import gate_list, written_document
 from stack_config import LAYERS, ConfigError, decode_raw_config, parse_stack_config
-from tests.conftest import ROOT, Recording, Registration, register, run_program, stack_config
+from tests.conftest import ROOT, Recording, register, run_program, stack_config
 
 
 @pytest.fixture(autouse=True)
@@ -141,21 +141,10 @@ def test_main_refuses_kubeconfig_content_set_without_secret_before_declaring_any
     assert recording.resources == []
 
 
-def _gate_params(recording: Recording) -> Registration:
-    """The gate's parameter document (components/opa_gate/manifests.py gate_data), the
-    ConfigMap the native policies read as `params`."""
-    (params,) = [
-        r
-        for r in recording.of_type("kubernetes:core/v1:ConfigMap")
-        if r.inputs["metadata"]["name"] == GATE_PARAMS_CONFIGMAP
-    ]
-    return params
-
-
 def test_main_gate_takes_scheduler_name_and_advertised_resources_from_their_layers() -> None:
     recording = run_program("dev")
-    params = _gate_params(recording)
-    data = params.inputs["data"]
+    policy = recording.gate_policy()
+    data = recording.gate_document()
     assert data["scheduler_name"] == "gpu-binpack-scheduler"
     names = ["amd.com/gpu", "example.com/dongle", "gpu.intel.com/i915", "gpu.intel.com/xe"]
     names += ["nvidia.com/gpu", "nvidia.com/gpu.shared"]
@@ -163,12 +152,22 @@ def test_main_gate_takes_scheduler_name_and_advertised_resources_from_their_laye
     assert gate_list(data, "gpu_resource_prefixes") == ["nvidia.com/mig-"]
     scheduler = recording.named("binpack-scheduler-deployment")
     dongle = recording.named("extended-resources-nodes")
-    assert {scheduler.urn, dongle.urn} <= set(params.dependencies)
-    # The policy reads them as its parameter, from that ConfigMap by name.
-    (binding,) = recording.of_type(
-        "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
-    )
-    assert binding.inputs["spec"]["paramRef"]["name"] == GATE_PARAMS_CONFIGMAP
+    assert {scheduler.urn, dongle.urn} <= set(policy.dependencies)
+    # Written into the policy: no parameter object a tenant could edit or delete.
+    assert "paramKind" not in policy.inputs["spec"]
+    (binding,) = [
+        b
+        for b in recording.of_type(
+            "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
+        )
+        if b.inputs["metadata"]["name"] == "gpu-scheduler-gate"
+    ]
+    assert "paramRef" not in binding.inputs["spec"]
+    assert not [
+        c
+        for c in recording.of_type("kubernetes:core/v1:ConfigMap")
+        if c.inputs["metadata"]["name"] == "gpu-gate-params"
+    ]
 
 
 def test_main_engines_and_failure_policy_differ_per_stack() -> None:
@@ -188,27 +187,29 @@ def test_main_engines_and_failure_policy_differ_per_stack() -> None:
 
 def test_main_routing_gives_gpu_pods_the_pools_toleration() -> None:
     recording = run_program("dev", {"admission": {"engine": "mutating-admission-policy"}})
-    params = _gate_params(recording)
+    data = recording.gate_document()
     # The taint comes from the pool's output: written once, in gpuPool.
-    taint = {k: params.inputs["data"][f"pool_pods.taint.{k}"] for k in ("key", "value", "effect")}
+    taint = {k: data[f"pool_pods.taint.{k}"] for k in ("key", "value", "effect")}
     assert taint == {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
     (pool_nodes,) = recording.of_type("pulumi-python:dynamic/gpu-cluster:GpuPoolNodes")
-    assert pool_nodes.urn in params.dependencies
-    (binding,) = recording.of_type(
-        "kubernetes:admissionregistration.k8s.io/v1:MutatingAdmissionPolicyBinding"
+    assert pool_nodes.urn in recording.gate_policy().dependencies
+    (routing,) = recording.of_type(
+        "kubernetes:admissionregistration.k8s.io/v1:MutatingAdmissionPolicy"
     )
-    assert binding.inputs["spec"]["paramRef"]["name"] == GATE_PARAMS_CONFIGMAP
+    # The routing policy is rendered with the same document.
+    assert written_document(routing.inputs["spec"]) == data
+    assert pool_nodes.urn in routing.dependencies
 
 
 def test_main_gate_keeps_the_stacks_priority_classes_to_gpu_pods() -> None:
     # Layer 8's classes and allowed namespaces reach the gate's parameter document...
     on = {"priorityClasses": {"enabled": True, "allowedNamespaces": ["web", "ml-serving"]}}
-    data = _gate_params(run_program("dev", on)).inputs["data"]
+    data = run_program("dev", on).gate_document()
     assert gate_list(data, "priority_classes") == ["gpu-batch", "gpu-inference", "gpu-training"]
     assert gate_list(data, "priority_class_namespaces") == ["ml-serving", "web"]
     # ...only while the layer creates them: otherwise the document is as it was.
     off = {"priorityClasses": {"enabled": False, "allowedNamespaces": ["web"]}}
-    data = _gate_params(run_program("dev", off)).inputs["data"]
+    data = run_program("dev", off).gate_document()
     assert not {"priority_classes", "priority_class_namespaces"} & set(data)
 
 
@@ -221,9 +222,7 @@ def test_main_gpu_operator_settings_name_what_is_gated_weighted_and_routed() -> 
         "dev", {"gpuOperator": operator, "admission": {"engine": "mutating-admission-policy"}}
     )
     # The validating and the routing policy read the one parameter document.
-    assert "nvidia.com/gpu.shared" in gate_list(
-        _gate_params(recording).inputs["data"], "gpu_resources"
-    )
+    assert "nvidia.com/gpu.shared" in gate_list(recording.gate_document(), "gpu_resources")
     config = yaml.safe_load(
         recording.named("binpack-scheduler-config").inputs["data"]["config.yaml"]
     )

@@ -42,9 +42,9 @@ admits tolerates the GPU pool's taint, or the stack config is refused
   the API server's ExtendedResourceToleration plugin (controlPlane.admissionPlugins).
 - `validating-admission-policy`: a native ValidatingAdmissionPolicy (CEL, GA since 1.30)
   with the same rule and message as OPA's; no webhook server at all. Tolerations as with `opa`.
-The native policies are static (policies/gpu_scheduler.cel.yaml) and read the gate data from
-their parameter, a ConfigMap in the gate's namespace (`params`); OPA reads the same document
-as data.gpu_cluster.config.
+The native policies' rules are static (policies/gpu_scheduler.cel.yaml) and the gate data is
+written into them, so no object in the cluster that could be edited or deleted holds it; OPA
+reads the same document as data.gpu_cluster.config from an immutable ConfigMap.
 DRA mode (device_classes, gpuOperator.allocation dra): a resource claim is a GPU request only
 when the ResourceClaimTemplate or ResourceClaim it names selects a GPU DeviceClass. The native
 engines add a policy pair per kind whose parameters are those objects in the pod's namespace
@@ -80,7 +80,6 @@ from components.opa_gate.manifests import (
     CLAIM_KINDS,
     GATE_CONFIG_FILE,
     GATE_CONFIGMAP,
-    GATE_PARAMS_CONFIGMAP,
     OPA_NAME,
     OPA_POLICIES_CONFIGMAP,
     OPA_SELECTOR,
@@ -228,10 +227,9 @@ class OpaGate(ClusterLayer):
             ca_pem, not_after, policy_name = self._opa(config)
         else:
             ca_pem = not_after = pulumi.Output.from_input("")
-            params = self._params(config)
-            policy_name = self._native(params)
+            policy_name = self._native(config)
             if args.engine == ROUTING_ENGINE:
-                self._routing(params)
+                self._routing(config)
             for kind in CLAIM_KINDS if args.device_classes else ():
                 self._claims(kind, config)
             if args.device_classes:
@@ -347,17 +345,26 @@ class OpaGate(ClusterLayer):
             string_data={"tls.crt": cert.cert_pem, "tls.key": key.private_key_pem},
             opts=after,
         )
+        # What OPA decides by is immutable: the API server refuses an edit, so only a deletion
+        # (OPA pods that restart then cannot start, and GPU pods are refused) or the stack's
+        # own replacement changes it; a new value replaces the object and rolls OPA.
+        # Ref: https://kubernetes.io/docs/concepts/configuration/configmap/#configmap-immutable
+        replaced = pulumi.ResourceOptions.merge(
+            after, pulumi.ResourceOptions(replace_on_changes=["data"], delete_before_replace=True)
+        )
         policies = k8s.core.v1.ConfigMap(
             f"{name}-policies",
             metadata=self._meta(OPA_POLICIES_CONFIGMAP),
             data=policy_files(args.policies),
-            opts=after,
+            immutable=True,
+            opts=replaced,
         )
         gate_config = k8s.core.v1.ConfigMap(
             f"{name}-config",
             metadata=self._meta(GATE_CONFIGMAP),
             data={GATE_CONFIG_FILE: config.apply(gate_config_json)},
-            opts=after,
+            immutable=True,
+            opts=replaced,
         )
         # OPA reads only its mounted files: its identity needs no API access and no token.
         account = k8s.core.v1.ServiceAccount(
@@ -430,42 +437,29 @@ class OpaGate(ClusterLayer):
 
     # ------------------------------------------------------------------ engine: native
 
-    def _params(self, config: pulumi.Output[dict[str, Any]]) -> k8s.core.v1.ConfigMap:
-        """The native policies' parameter: the gate data as the params ConfigMap's data. The
-        bindings name it, so it exists before them and goes after them."""
-        return k8s.core.v1.ConfigMap(
-            f"{self.pulumi_resource_name}-params",
-            metadata=self._meta(GATE_PARAMS_CONFIGMAP),
-            data=config,
-            opts=self._after_exclusions,
-        )
-
-    def _native(self, params: k8s.core.v1.ConfigMap) -> pulumi.Output[str]:
-        """The ValidatingAdmissionPolicy and its binding: refuse GPU pods off the scheduler."""
+    def _native(self, config: pulumi.Output[dict[str, Any]]) -> pulumi.Output[str]:
+        """The ValidatingAdmissionPolicy and its binding: refuse GPU pods off the scheduler. The
+        gate data is written into the policy, so a change of it updates the policy."""
         name, args = self.pulumi_resource_name, self._args
         policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
             f"{name}-policy",
             metadata=gate_metadata(GATE_NAME),
-            spec=admission_policy_spec(
-                failure_policy=args.failure_policy,
-                gate_namespace=args.namespace,
-                claims_looked_up=bool(args.device_classes),
+            spec=config.apply(
+                lambda c: admission_policy_spec(
+                    c, args.failure_policy, gate_namespace=args.namespace
+                )
             ),
             opts=self._after_exclusions,
         )
         binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
             f"{name}-binding",
             metadata=gate_metadata(GATE_NAME),
-            spec=admission_policy_binding_spec(
-                policy.metadata.name,
-                gate_namespace=args.namespace,
-                params_name=params.metadata.name,
-            ),
+            spec=admission_policy_binding_spec(policy.metadata.name, gate_namespace=args.namespace),
             opts=self.children,
         )
         return binding.metadata.apply(lambda m: m.name)
 
-    def _routing(self, params: k8s.core.v1.ConfigMap) -> None:
+    def _routing(self, config: pulumi.Output[dict[str, Any]]) -> None:
         """Route GPU pods before the ValidatingAdmissionPolicy judges them."""
         name, args = self.pulumi_resource_name, self._args
         # admissionregistration.k8s.io/v1 (Kubernetes v1.36) is newer than the kubernetes SDK's
@@ -476,10 +470,8 @@ class OpaGate(ClusterLayer):
             api_version="admissionregistration.k8s.io/v1",
             kind="MutatingAdmissionPolicy",
             metadata=gate_metadata(GATE_NAME),
-            spec=routing_policy_spec(
-                failure_policy=args.failure_policy,
-                gate_namespace=args.namespace,
-                claims_looked_up=bool(args.device_classes),
+            spec=config.apply(
+                lambda c: routing_policy_spec(c, args.failure_policy, gate_namespace=args.namespace)
             ),
             opts=self._after_exclusions,
         )
@@ -489,9 +481,7 @@ class OpaGate(ClusterLayer):
             kind="MutatingAdmissionPolicyBinding",
             metadata=gate_metadata(GATE_NAME),
             spec=routing_binding_spec(
-                policy.metadata.apply(lambda m: m["name"]),
-                gate_namespace=args.namespace,
-                params_name=params.metadata.name,
+                policy.metadata.apply(lambda m: m["name"]), gate_namespace=args.namespace
             ),
             opts=self.children,
         )
@@ -536,11 +526,7 @@ class OpaGate(ClusterLayer):
         policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
             f"{child}-policy",
             metadata=gate_metadata(claim_policy_name(kind)),
-            spec=config.apply(
-                lambda c: claim_policy_spec(
-                    kind, c, args.failure_policy, gate_namespace=args.namespace
-                )
-            ),
+            spec=config.apply(lambda c: claim_policy_spec(kind, c, gate_namespace=args.namespace)),
             opts=self._after_exclusions,
         )
         k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
@@ -557,9 +543,7 @@ class OpaGate(ClusterLayer):
             kind="MutatingAdmissionPolicy",
             metadata=gate_metadata(claim_policy_name(kind)),
             spec=config.apply(
-                lambda c: claim_routing_policy_spec(
-                    kind, c, args.failure_policy, gate_namespace=args.namespace
-                )
+                lambda c: claim_routing_policy_spec(kind, c, gate_namespace=args.namespace)
             ),
             opts=self._after_exclusions,
         )

@@ -61,19 +61,10 @@ OPA_NAME = "opa"
 OPA_SERVING_SECRET = "opa-serving"
 OPA_POLICIES_CONFIGMAP = "opa-policies"
 GATE_CONFIGMAP = "gpu-gate-config"
-# The native policies' parameter object, a ConfigMap in the gate's namespace.
-GATE_PARAMS_CONFIGMAP = "gpu-gate-params"
 # How lists are written in the parameter document (no resource or user name holds a comma).
 LIST_SEPARATOR = ","
-# What the native policies read as `params`. A built-in kind: the API server always knows
-# it, whereas a policy whose paramKind it cannot resolve (a deleted CRD) is a configuration
-# error that, with failurePolicy Fail, refuses every request the policy matches, CPU pods
-# included; and a ConfigMap's data is always a map of strings, so no parameter can make an
-# expression fail on a type.
-# Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/generic/policy_source.go
-PARAM_KIND = {"apiVersion": "v1", "kind": "ConfigMap"}
 # The parameter document's key for the DeviceClasses whose claims are GPU requests (DRA mode).
-DEVICE_CLASSES_KEY = "gpu_device_classes"
+DEVICE_CLASSES_KEY = cel.DEVICE_CLASSES_KEY
 # The parameter document's keys for the stack's PriorityClasses and the namespaces whose pods
 # may name them without asking for a GPU.
 PRIORITY_CLASSES_KEY = "priority_classes"
@@ -101,8 +92,8 @@ def gate_data(
     priority_class_namespaces: Sequence[str] = (),
 ) -> dict[str, str]:
     """The gate's one parameter document (policies/README.md, "Data contract"): string keys
-    and values, the data of the params ConfigMap the native policies read as `params`, and the
-    JSON OPA reads as data.gpu_cluster.config. Lists are comma-separated.
+    and values, written into the native policies (their `config` variable), and the JSON OPA
+    reads as data.gpu_cluster.config. Lists are comma-separated.
 
     Every GPU (components/gpu_resources.py) is gated whatever `resources` and `prefixes` add;
     `operator_pods` (the GPU Operator's own pods) are left out when None. `pool_toleration`
@@ -147,7 +138,7 @@ def gate_data(
 def claims_looked_up(params: Mapping[str, str]) -> bool:
     """Whether the parameter document is DRA mode's: resource claims are GPU requests only
     when what they name selects one of its device classes (the claim policies judge them)."""
-    return bool(params.get(DEVICE_CLASSES_KEY))
+    return cel.claims_looked_up(params)
 
 
 def gate_list(params: Mapping[str, str], key: str) -> list[str]:
@@ -236,101 +227,76 @@ def webhook_condition(config: Mapping[str, str]) -> str:
     policy judges (not a mirror pod, not the GPU Operator's own: the device plugin's pods set
     the variable). Other requests never reach OPA, so an OPA outage cannot hold them back.
 
-    A webhook's match conditions read neither params nor variables, so this is the static
-    condition of policies/gpu_scheduler.cel.yaml with its variables inlined and `params` set
-    to the document OPA reads (cel.webhook_conditions()).
+    A webhook's match conditions have no variables, so this is the static condition of
+    policies/gpu_scheduler.cel.yaml with its variables inlined, the document OPA reads written
+    in (cel.webhook_conditions()).
     Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions/matcher.go
     """
     (condition,) = cel.webhook_conditions(config)
     return condition["expression"]
 
 
-def param_ref(gate_namespace: str, params_name: Any = GATE_PARAMS_CONFIGMAP) -> dict[str, Any]:
-    """A binding's paramRef: the params ConfigMap in the gate's namespace.
-
-    When it is missing the binding is skipped (`Allow`): with `Deny` the API server refuses
-    every request the binding matches, CPU pods included, before any match condition is
-    evaluated. A ConfigMap whose data is malformed is judged by the policy itself: GPU pods
-    fail closed, other pods are not refused or changed (configErrors in the CEL file).
-    Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/generic/policy_dispatcher.go
-    """
-    return {
-        "name": params_name,
-        "namespace": gate_namespace,
-        "parameterNotFoundAction": "Allow",
-    }
-
-
 # --------------------------------------------------------------------------- native engines
 
 
 def admission_policy_spec(
+    params: Mapping[str, str],
     failure_policy: FailurePolicy = "Fail",
     *,
     gate_namespace: str = DEFAULT_GATE_NAMESPACE,
-    claims_looked_up: bool = False,
 ) -> dict[str, Any]:
     """The ValidatingAdmissionPolicy: policies/gpu_scheduler.rego's rules and messages in CEL
-    (policies/gpu_scheduler.cel.yaml), reading the gate's configuration from its parameter
-    (PARAM_KIND, bound by param_ref()).
-
-    The spec is the same whatever the configuration, which is its parameter, except in DRA
-    mode (`claims_looked_up`), where resource claims are left to claim_policy_spec().
+    (policies/gpu_scheduler.cel.yaml), the parameter document `params` (gate_data()) written
+    in. No parameter object: nothing in the cluster that a tenant, or anyone who can write in
+    the gate's namespace, could edit or delete stands between the cluster and the rules, and
+    no informer has to sync before a pod can be admitted. In DRA mode (the document has
+    device classes) resource claims are left to claim_policy_spec().
     Ref: https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/
     """
     return {
         "failurePolicy": failure_policy,
-        "paramKind": dict(PARAM_KIND),
         "matchConstraints": policy_match_constraints(gate_namespace),
-        "variables": cel.variables(claims_looked_up=claims_looked_up),
+        "variables": cel.variables(params),
         "validations": cel.validations(),
     }
 
 
 def admission_policy_binding_spec(
-    policy_name: Any = GATE_NAME,
-    *,
-    gate_namespace: str = DEFAULT_GATE_NAMESPACE,
-    params_name: Any = GATE_PARAMS_CONFIGMAP,
+    policy_name: Any = GATE_NAME, *, gate_namespace: str = DEFAULT_GATE_NAMESPACE
 ) -> dict[str, Any]:
-    """The binding: enforce (Deny) everywhere but in excluded_namespaces(), with the params
-    ConfigMap `params_name` of the gate's namespace."""
+    """The binding: enforce (Deny) everywhere but in excluded_namespaces()."""
     return {
         "policyName": policy_name,
-        "paramRef": param_ref(gate_namespace, params_name),
         "validationActions": ["Deny"],
         "matchResources": {"namespaceSelector": namespace_selector(gate_namespace)},
     }
 
 
 def routing_policy_spec(
+    params: Mapping[str, str],
     failure_policy: FailurePolicy = "Fail",
     *,
     gate_namespace: str = DEFAULT_GATE_NAMESPACE,
-    claims_looked_up: bool = False,
 ) -> dict[str, Any]:
     """The MutatingAdmissionPolicy that routes GPU pods and pool pods to the stack's scheduler
-    (policies/gpu_scheduler.cel.yaml, `routing`), reading the configuration from its parameter.
+    (policies/gpu_scheduler.cel.yaml, `routing`), the parameter document `params` written in.
 
     A pod CREATE that asks for a gated GPU resource, or a pool pod, and leaves
     spec.schedulerName unset (the API server has filled in default-scheduler by then) gets the
     stack's scheduler; a GPU pod headed there also gets the pool's toleration (the parameter
     document's pool taint, operator Equal) unless one of its tolerations already covers the
     taint. A pod with another scheduler is left as it is (the ValidatingAdmissionPolicy
-    refuses it), and so is a pod created bound to a node. With a malformed parameter nothing
-    is routed (the ValidatingAdmissionPolicy refuses GPU pods).
-    The spec is the same whatever the configuration, which is its parameter, except in DRA
-    mode (`claims_looked_up`), where resource claims are left to claim_routing_policy_spec().
+    refuses it), and so is a pod created bound to a node. In DRA mode resource claims are left
+    to claim_routing_policy_spec().
     Ref: https://kubernetes.io/docs/reference/access-authn-authz/mutating-admission-policy/
     """
     return {
         "failurePolicy": failure_policy,
-        "paramKind": dict(PARAM_KIND),
         "reinvocationPolicy": "IfNeeded",
         # Pod creations only: nothing routes a running pod.
         "matchConstraints": policy_match_constraints(gate_namespace, [pod_create_rule()]),
-        "matchConditions": cel.routing_conditions(claims_looked_up=claims_looked_up),
-        "variables": cel.routing_variables(claims_looked_up=claims_looked_up),
+        "matchConditions": cel.routing_conditions(params),
+        "variables": cel.routing_variables(params),
         "mutations": [
             {"patchType": "JSONPatch", "jsonPatch": {"expression": e}}
             for e in cel.routing_mutations()
@@ -339,18 +305,18 @@ def routing_policy_spec(
 
 
 def routing_binding_spec(
-    policy_name: Any = GATE_NAME,
-    *,
-    gate_namespace: str = DEFAULT_GATE_NAMESPACE,
-    params_name: Any = GATE_PARAMS_CONFIGMAP,
+    policy_name: Any = GATE_NAME, *, gate_namespace: str = DEFAULT_GATE_NAMESPACE
 ) -> dict[str, Any]:
-    """The MutatingAdmissionPolicyBinding: route everywhere but in excluded_namespaces(), with
-    the params ConfigMap `params_name` of the gate's namespace."""
+    """The MutatingAdmissionPolicyBinding: route everywhere but in excluded_namespaces()."""
     return {
         "policyName": policy_name,
-        "paramRef": param_ref(gate_namespace, params_name),
         "matchResources": {"namespaceSelector": namespace_selector(gate_namespace)},
     }
+
+
+def written_document(spec: Mapping[str, Any]) -> dict[str, str]:
+    """The parameter document a native policy's spec was rendered with."""
+    return cel.document(spec["variables"])
 
 
 # --------------------------------------------------------------------------- native: claims
@@ -383,10 +349,18 @@ def claim_param_ref() -> dict[str, Any]:
     return {"selector": {}, "parameterNotFoundAction": "Allow"}
 
 
+# The claim policies' failure policy, whatever admission.failurePolicy says. Until the API
+# server's informer of their paramKind has synced (after every API server start) each
+# evaluation fails, and with Fail every pod CREATE the policies match, CPU pods included, would
+# be refused for that time. Ignored instead, a GPU claim pod admitted in that window may reach
+# another scheduler, where the allocation policy (no parameter, Fail) keeps it from any GPU.
+# Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/generic/policy_dispatcher.go
+CLAIM_FAILURE_POLICY: FailurePolicy = "Ignore"
+
+
 def claim_policy_spec(
     kind: str,
     params: Mapping[str, str],
-    failure_policy: FailurePolicy = "Fail",
     *,
     gate_namespace: str = DEFAULT_GATE_NAMESPACE,
 ) -> dict[str, Any]:
@@ -394,11 +368,11 @@ def claim_policy_spec(
     names a `kind` object selecting a GPU DeviceClass (DRA mode): the GPU pod validations of
     policies/gpu_scheduler.cel.yaml, once per object the pod names.
 
-    Its `params` is that object, so the parameter document `params` (gate_data(), with its
-    device classes) is written into the policy: the spec changes with the configuration.
+    Its `params` is that object; the parameter document `params` (gate_data(), with its
+    device classes) is written in, as in every native policy. CLAIM_FAILURE_POLICY.
     """
     return {
-        "failurePolicy": failure_policy,
+        "failurePolicy": CLAIM_FAILURE_POLICY,
         "paramKind": claim_param_kind(kind),
         "matchConstraints": policy_match_constraints(gate_namespace, [pod_create_rule()]),
         "matchConditions": cel.claim_conditions(kind, params),
@@ -410,7 +384,6 @@ def claim_policy_spec(
 def claim_routing_policy_spec(
     kind: str,
     params: Mapping[str, str],
-    failure_policy: FailurePolicy = "Fail",
     *,
     gate_namespace: str = DEFAULT_GATE_NAMESPACE,
 ) -> dict[str, Any]:
@@ -418,7 +391,7 @@ def claim_routing_policy_spec(
     object selecting a GPU DeviceClass, as routing_policy_spec() routes a GPU pod (scheduler,
     pool toleration); the parameter document `params` written in, as in claim_policy_spec()."""
     return {
-        "failurePolicy": failure_policy,
+        "failurePolicy": CLAIM_FAILURE_POLICY,
         "paramKind": claim_param_kind(kind),
         "reinvocationPolicy": "IfNeeded",
         "matchConstraints": policy_match_constraints(gate_namespace, [pod_create_rule()]),

@@ -15,7 +15,6 @@ from components.binpack_scheduler.settings import (
     GANG_GROUP_VERSION,
     BinpackSchedulerSettings,
 )
-from components.opa_gate.manifests import GATE_PARAMS_CONFIGMAP
 from stack_config import ConfigError, parse_stack_config
 from tests.conftest import run_program
 
@@ -135,12 +134,7 @@ def test_without_gangs_the_kubeadm_inputs_stay_as_they_were() -> None:
 
 def test_the_gate_keeps_every_pod_of_a_podgroup_on_the_stacks_scheduler_only_with_gangs() -> None:
     def params(recording: Any) -> dict[str, str]:
-        (found,) = [
-            r
-            for r in recording.of_type("kubernetes:core/v1:ConfigMap")
-            if r.inputs["metadata"]["name"] == GATE_PARAMS_CONFIGMAP
-        ]
-        return dict(found.inputs["data"])
+        return dict(recording.gate_document())
 
     on = run_program("dev", {"scheduler": {"gangScheduling": True}, "kubernetesVersion": V1_37})
     assert params(on)["gang_pods"] == "true"

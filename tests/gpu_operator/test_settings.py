@@ -167,7 +167,7 @@ def test_gpu_operator_settings_device_plugin_resources_unchanged_by_the_allocati
 def test_gpu_operator_settings_dra_whole_program_gates_and_weighs_the_device_classes() -> None:
     """The dev stack with allocation dra under mocks: GPUCluster values reach the release, the
     gate and the scheduler's weights get the DeviceClasses' names, not the device plugin's."""
-    from components.opa_gate.manifests import GATE_PARAMS_CONFIGMAP, gate_list
+    from components.opa_gate.manifests import gate_list
     from tests.conftest import run_program
 
     operator = {**DRA, "driver": {"enabled": False}, "toolkit": {"enabled": False}}
@@ -181,12 +181,7 @@ def test_gpu_operator_settings_dra_whole_program_gates_and_weighs_the_device_cla
     ]
     assert release.inputs["values"]["gpuCluster"] == {"deployCR": True}
     assert release.inputs["values"]["driver"] == {"enabled": False}
-    (params,) = [
-        r
-        for r in recording.of_type("kubernetes:core/v1:ConfigMap")
-        if r.inputs["metadata"]["name"] == GATE_PARAMS_CONFIGMAP
-    ]
-    gated = gate_list(params.inputs["data"], "gpu_resources")
+    gated = gate_list(recording.gate_document(), "gpu_resources")
     for device_class in DRA_DEVICE_CLASSES:
         assert DEVICE_CLASS_RESOURCE_PREFIX + device_class in gated
     config = yaml.safe_load(

@@ -32,7 +32,6 @@ from kubernetes.client.exceptions import ApiException
 
 from components.opa_gate.manifests import (
     GATE_CONFIG_FILE,
-    GATE_PARAMS_CONFIGMAP,
     admission_policy_binding_spec,
     admission_policy_spec,
     opa_run_args,
@@ -71,10 +70,10 @@ DENIAL[ROUTING_ENGINE] = DENIAL["validating-admission-policy"]
 @dataclass(frozen=True)
 class Gate:
     """What an engine is registered with: the gate data (its parameter document, with the
-    pool's taint the routing engine tolerates) and the gate's own namespace (excluded by name,
-    where the parameter lives)."""
+    pool's taint the routing engine tolerates), written into the native policies and OPA's
+    data, and the gate's own namespace (excluded by name)."""
 
-    config: Mapping[str, Any]
+    config: Mapping[str, str]
     namespace: str
 
 
@@ -266,7 +265,7 @@ def _policy_engine(cp: LocalControlPlane, gate: Gate) -> contextlib.AbstractCont
     return _registered(
         cp,
         "validatingadmission",
-        admission_policy_spec(gate_namespace=gate.namespace),
+        admission_policy_spec(gate.config, gate_namespace=gate.namespace),
         admission_policy_binding_spec(gate_namespace=gate.namespace),
     )
 
@@ -276,7 +275,7 @@ def _routing_engine(cp: LocalControlPlane, gate: Gate) -> Iterator[None]:
     routing = _registered(
         cp,
         "mutatingadmission",
-        routing_policy_spec(gate_namespace=gate.namespace),
+        routing_policy_spec(gate.config, gate_namespace=gate.namespace),
         routing_binding_spec(gate_namespace=gate.namespace),
     )
     with _policy_engine(cp, gate), routing:
@@ -323,30 +322,21 @@ def engine_active(
         registered = _routing_engine(cp, gate)
     else:
         registered = _policy_engine(cp, gate)
-    with contextlib.ExitStack() as stack:
-        if engine != "opa":  # OPA was started with the same document as its data
-            stack.enter_context(_parameter(cp, gate))
-        stack.enter_context(registered)
+    with contextlib.suppress(urllib.error.HTTPError):  # the namespace may exist
+        cp.create_namespace(gate.namespace)
+    with registered:
         wait_for(f"{engine} denying a GPU pod", lambda: denied_by(engine, outcome()), diagnose)
         if engine == ROUTING_ENGINE:
             wait_for(f"{engine} routing a GPU pod", routed, diagnose)
         yield
     wait_for(f"{engine} removed", lambda: outcome() is None, diagnose)
+    if engine == ROUTING_ENGINE:  # the mutating policy may outlive the validating one
 
+        def unrouted() -> bool:
+            stored = admitted(api_client, namespace, gpu_pod(f"probe-{uuid.uuid4().hex[:6]}", GPU))
+            return bool(stored.spec.scheduler_name != gate.config["scheduler_name"])
 
-@contextlib.contextmanager
-def _parameter(cp: LocalControlPlane, gate: Gate) -> Iterator[None]:
-    """The native policies' parameter: the gate data as the params ConfigMap in the gate's
-    namespace, which their bindings name, as the stack creates it (removed afterwards)."""
-    path = f"/api/v1/namespaces/{gate.namespace}/configmaps"
-    with contextlib.suppress(urllib.error.HTTPError):  # the namespace may exist
-        cp.create_namespace(gate.namespace)
-    metadata = {"name": GATE_PARAMS_CONFIGMAP, "namespace": gate.namespace}
-    cp.request("POST", path, {"metadata": metadata, "data": dict(gate.config)})
-    try:
-        yield
-    finally:
-        cp.request("DELETE", f"{path}/{GATE_PARAMS_CONFIGMAP}")
+        wait_for(f"{engine} no longer routing", unrouted, diagnose)
 
 
 def tolerates(tolerations: Any, taint: Mapping[str, str]) -> bool:

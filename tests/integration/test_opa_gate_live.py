@@ -87,10 +87,7 @@ def _operator_namespace(source: str) -> str:
 
 
 # The gate's own namespace in these tests: excluded by name, like kube-system. The gate set up
-# for an operator outside the stack has one of its own, so each namespace holds one params
-# ConfigMap with one content: once every policy reading ConfigMap params is removed, the API
-# server stops the informer it reads them from and keeps its last copies, and it reads past
-# them (a direct GET) only for a name it has never seen.
+# for an operator outside the stack has one of its own.
 GATE_NAMESPACE = f"gate-own-{uuid.uuid4().hex[:8]}"
 # The namespace whose pods may name the stack's PriorityClasses without a GPU (the table's
 # `serving`, priorityClasses.allowedNamespaces).
@@ -288,6 +285,71 @@ def test_opa_gate_live_admits_cpu_only_pod(
 ) -> None:
     pod = gpu_pod("web-0", CPU)
     assert create(api_client, namespaces.gated, pod) is None
+
+
+# What someone who may write ConfigMaps in the gate's namespace would put there to open the
+# gate (no parameter object: the GPU pods' verdicts must not change) or invert it (GPU pods to
+# the default scheduler, everyone exempt as the GPU Operator's pods).
+TAMPERED = {
+    "scheduler_name": "default-scheduler",
+    "gpu_resources": "example.com/none",
+    "operator_pods.namespace": "*",
+    "operator_pods.creators": "kubernetes-admin,system:admin",
+    "operator_pods.daemonset_controllers": "system:kube-controller-manager",
+}
+# The names the gate's parameters had, and OPA's data (read from its files, never the API).
+PARAMETER_NAMES = ("gpu-gate-params", "gpu-gate-config")
+
+
+@pytest.mark.parametrize("engine_name", ["validating-admission-policy", ROUTING])
+def test_opa_gate_live_no_configmap_in_the_gates_namespace_opens_or_inverts_it(
+    engine_name: str, control_plane: LocalControlPlane, api_client: Any, namespaces: Namespaces
+) -> None:
+    """The native engines hold no parameter object: ConfigMaps created, edited or deleted in
+    the gate's namespace change no verdict (GPU pods off the scheduler refused, unset ones
+    routed or refused, CPU pods admitted)."""
+    configmaps = f"/api/v1/namespaces/{GATE.namespace}/configmaps"
+
+    def verdicts() -> dict[str, str]:
+        seen = {}
+        for label, pod in (
+            (
+                "gpu-default",
+                gpu_pod(f"t-{uuid.uuid4().hex[:6]}", GPU, scheduler="default-scheduler"),
+            ),
+            ("gpu-unset", gpu_pod(f"t-{uuid.uuid4().hex[:6]}", GPU)),
+            ("cpu", gpu_pod(f"t-{uuid.uuid4().hex[:6]}", CPU)),
+        ):
+            try:
+                stored = admitted(api_client, namespaces.gated, pod)
+                seen[label] = f"admitted on {stored.spec.scheduler_name}"
+            except ApiException as exc:
+                seen[label] = "refused" if denied_by(engine_name, refusal(exc)) else str(exc)
+        return seen
+
+    # The API server writes default-scheduler into a pod that names none: the routing engine
+    # routes both.
+    gpu = f"admitted on {SCHEDULER}" if engine_name == ROUTING else "refused"
+    expected = {"gpu-default": gpu, "gpu-unset": gpu, "cpu": "admitted on default-scheduler"}
+    with engine_active(engine_name, control_plane, api_client, namespaces.gated, GATE):
+        assert verdicts() == expected
+        try:
+            for name in PARAMETER_NAMES:  # created, or replaced where one exists
+                body = {"metadata": {"name": name}, "data": TAMPERED}
+                try:
+                    control_plane.request("POST", configmaps, body)
+                except urllib.error.HTTPError as exc:
+                    if exc.code != 409:
+                        raise
+                    control_plane.request("PUT", f"{configmaps}/{name}", body)
+            time.sleep(2)  # longer than the API server's informers take to see them
+            assert verdicts() == expected, "edited parameters changed the gate"
+        finally:
+            for name in PARAMETER_NAMES:
+                with contextlib.suppress(urllib.error.HTTPError):
+                    control_plane.request("DELETE", f"{configmaps}/{name}")
+        time.sleep(2)
+        assert verdicts() == expected, "deleted parameters changed the gate"
 
 
 def test_opa_gate_live_label_does_not_bypass_the_gate(

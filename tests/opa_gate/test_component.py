@@ -25,6 +25,7 @@ from components.opa_gate.manifests import (
     routing_binding_spec,
     routing_policy_spec,
     webhook_condition,
+    written_document,
 )
 from components.opa_gate.settings import DEFAULT_GATE_NAMESPACE, load_policies
 from tests.conftest import Recording, component_access, register
@@ -171,6 +172,16 @@ def test_opa_gate_policies_reach_one_configmap_without_tests() -> None:
     assert maps["opa-policies"]["data"]["gpu_scheduler.rego"] == load_policies()["gpu_scheduler"]
 
 
+def test_opa_gate_what_opa_reads_cannot_be_edited_in_place() -> None:
+    # An edit of OPA's policies or data (anyone who writes ConfigMaps in the gate's namespace)
+    # is refused by the API server; the stack replaces them and rolls OPA instead.
+    maps = _config_maps(_make_gate())
+    assert {name: m.get("immutable") for name, m in maps.items()} == {
+        "opa-policies": True,
+        "gpu-gate-config": True,
+    }
+
+
 def test_opa_gate_opa_loads_the_mounted_policies_and_config_at_start() -> None:
     recording = _make_gate()
     (deployment,) = recording.of_type("kubernetes:apps/v1:Deployment")
@@ -272,33 +283,29 @@ def test_opa_gate_native_engine_has_no_webhook_server() -> None:
     assert policy.inputs["spec"]["failurePolicy"] == "Fail"
 
 
-def test_opa_gate_native_engine_reads_gate_data_from_its_params_config_map() -> None:
+def test_opa_gate_native_engine_writes_the_gate_data_into_its_policy() -> None:
     recording = _make_gate(
         engine="validating-admission-policy", scheduler_name="gpu-pack", failure_policy="Ignore"
     )
     (policy,) = recording.of_type(VAP)
-    (binding,) = recording.of_type(VAP_BINDING)
-    # The policy is static: the gate data is its parameter, the params ConfigMap's data.
+    data = gate_data("gpu-pack", ["example.com/dongle"], [])
     assert policy.inputs["spec"] == admission_policy_spec(
-        failure_policy="Ignore", gate_namespace="gpu-admission"
+        data, "Ignore", gate_namespace="gpu-admission"
     )
-    assert policy.inputs["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
-    params = _config_maps(recording)["gpu-gate-params"]
-    assert params["metadata"]["namespace"] == "gpu-admission"
-    assert params["data"] == gate_data("gpu-pack", ["example.com/dongle"], [])
-    assert binding.inputs["spec"]["paramRef"] == {
-        "name": "gpu-gate-params",
-        "namespace": "gpu-admission",
-        "parameterNotFoundAction": "Allow",
-    }
+    assert written_document(policy.inputs["spec"]) == data
 
 
-def test_opa_gate_native_engine_skips_a_missing_parameter_object() -> None:
-    # With Deny, a binding whose parameter object is missing refuses every pod it matches,
-    # CPU pods too: a missing one skips the binding instead.
-    recording = _make_gate(engine="validating-admission-policy")
-    (binding,) = recording.of_type(VAP_BINDING)
-    assert binding.inputs["spec"]["paramRef"]["parameterNotFoundAction"] == "Allow"
+def test_opa_gate_native_engine_has_no_parameter_object_to_edit_or_delete() -> None:
+    # A parameter ConfigMap could be deleted (the binding skipped: the gate off) or edited
+    # (another scheduler, anyone exempt) by whoever writes ConfigMaps in the gate's namespace.
+    recording = _make_gate(engine="mutating-admission-policy", pool_toleration=POOL_TOLERATION)
+    for kind in (VAP, MAP):
+        (policy,) = recording.of_type(kind)
+        assert "paramKind" not in policy.inputs["spec"]
+    for kind in (VAP_BINDING, MAP_BINDING):
+        (binding,) = recording.of_type(kind)
+        assert "paramRef" not in binding.inputs["spec"]
+    assert _config_maps(recording) == {}
 
 
 def test_opa_gate_opa_engine_has_no_admission_policy() -> None:
@@ -336,7 +343,7 @@ def test_opa_gate_webhook_only_receives_gpu_pods() -> None:
 def test_opa_gate_match_condition_is_the_native_policys_cel() -> None:
     # One source: the webhook's condition inlines the native policy's variables.
     config = gate_data("gpu-binpack-scheduler", ["example.com/dongle"], ["vendor.example/"])
-    variables = {v["name"]: v["expression"] for v in admission_policy_spec()["variables"]}
+    variables = {v["name"]: v["expression"] for v in admission_policy_spec(config)["variables"]}
     condition = webhook_condition(config)
     assert variables["gpuByContainer"].split("variables.")[0] in condition
     assert gate_list(config, "gpu_resource_prefixes")[-1] == "vendor.example/"
@@ -414,22 +421,21 @@ def test_opa_gate_routing_engine_routes_then_refuses_the_rest() -> None:
     (routing_binding,) = recording.of_type(MAP_BINDING)
     (policy,) = recording.of_type(VAP)
     assert recording.of_type(WEBHOOK) == []
-    assert routing.inputs["spec"] == routing_policy_spec(gate_namespace="gpu-admission")
+    data = gate_data(
+        "gpu-binpack-scheduler", ["example.com/dongle"], [], pool_toleration=POOL_TOLERATION
+    )
+    assert routing.inputs["spec"] == routing_policy_spec(data, gate_namespace="gpu-admission")
     assert routing_binding.inputs["spec"] == routing_binding_spec(
         "gpu-scheduler-gate", gate_namespace="gpu-admission"
     )
     # What cannot be routed is refused by the same validation as the reject-only engine.
-    assert policy.inputs["spec"] == admission_policy_spec(gate_namespace="gpu-admission")
-    params = _config_maps(recording)["gpu-gate-params"]["data"]
-    assert params == gate_data(
-        "gpu-binpack-scheduler", ["example.com/dongle"], [], pool_toleration=POOL_TOLERATION
-    )
+    assert policy.inputs["spec"] == admission_policy_spec(data, gate_namespace="gpu-admission")
 
 
 def test_opa_gate_routing_adds_the_pools_toleration_as_given() -> None:
     toleration = {**POOL_TOLERATION, "key": "gpu-cluster.io/pool", "value": "a100"}
     recording = _make_gate(engine="mutating-admission-policy", pool_toleration=toleration)
-    params = _config_maps(recording)["gpu-gate-params"]["data"]
+    params = recording.gate_document()
     assert params["pool_pods.taint.key"] == "gpu-cluster.io/pool"
     assert params["pool_pods.taint.value"] == "a100"
     assert params["pool_pods.taint.effect"] == "NoSchedule"
@@ -437,13 +443,13 @@ def test_opa_gate_routing_adds_the_pools_toleration_as_given() -> None:
 
 def test_opa_gate_routing_without_a_pool_only_sets_the_scheduler() -> None:
     recording = _make_gate(engine="mutating-admission-policy")
-    params = _config_maps(recording)["gpu-gate-params"]["data"]
+    params = recording.gate_document()
     assert not [k for k in params if k.startswith("pool_pods.")]
 
 
 def test_opa_gate_routing_leaves_bound_pods_as_they_are() -> None:
     # A node's mirror pod must stay as its kubelet wrote it; other bound pods are refused.
-    spec = routing_policy_spec()
+    spec = routing_policy_spec(gate_data("s", [], []))
     conditions = {c["name"]: c["expression"] for c in spec["matchConditions"]}
     unbound = "!has(object.spec.nodeName) || object.spec.nodeName == ''"
     assert conditions["not-bound"] == f"[{unbound}].exists(v_unbound, v_unbound)"
@@ -462,7 +468,7 @@ def test_opa_gate_device_resources_are_gated_whatever_gate_extended_resources_sa
         device_resources=["nvidia.com/gpu.shared"],
         gpu_resource_prefixes=["nvidia.com/mig-"],
     )
-    params = _config_maps(recording)["gpu-gate-params"]["data"]
+    params = recording.gate_document()
     assert gate_list(params, "gpu_resources") == gated_names(["nvidia.com/gpu.shared"])
     assert "example.com/dongle" not in gate_list(params, "gpu_resources")
 
@@ -534,14 +540,14 @@ def test_opa_gate_operator_pods_never_reach_opa() -> None:
 
 def test_opa_gate_operator_pods_reach_the_native_policy() -> None:
     recording = _make_gate(engine="validating-admission-policy", operator_pods=OPERATOR_PODS)
-    params = _config_maps(recording)["gpu-gate-params"]["data"]
+    params = recording.gate_document()
     assert params["operator_pods.namespace"] == "gpu-operator"
     assert VALIDATOR.strip('"') in gate_list(params, "operator_pods.creators")
 
 
 def test_opa_gate_without_the_operator_exempts_no_pods() -> None:
     recording = _make_gate(engine="validating-admission-policy")
-    params = _config_maps(recording)["gpu-gate-params"]["data"]
+    params = recording.gate_document()
     assert [k for k in params if k.startswith("operator_pods.")] == []
 
 
@@ -592,7 +598,7 @@ def test_opa_gate_native_engines_refuse_pool_pods_off_the_scheduler(engine: str)
     recording = _make_gate(engine=engine, pool_toleration=POOL_TOLERATION)
     (policy,) = recording.of_type(VAP)
     assert "variables.poolPod" in policy.inputs["spec"]["validations"][-1]["expression"]
-    params = _config_maps(recording)["gpu-gate-params"]["data"]
+    params = recording.gate_document()
     assert params["pool_pods.taint.key"] == "nvidia.com/gpu"
 
 

@@ -47,6 +47,7 @@ TOLERATION = {
 DRA_DATA = gate_data(
     SCHEDULER, [], [], pool_toleration=TOLERATION, device_classes=DRA_DEVICE_CLASSES
 )
+PLUGIN_DATA = gate_data(SCHEDULER, [], [], pool_toleration=TOLERATION)
 VAP = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
 VAP_BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
 MAP = "kubernetes:admissionregistration.k8s.io/v1:MutatingAdmissionPolicy"
@@ -81,18 +82,13 @@ def test_dra_claims_gate_data_carries_the_device_classes_only_in_dra_mode() -> N
 
 @pytest.mark.parametrize("build", [admission_policy_spec, routing_policy_spec])
 def test_dra_claims_pod_policies_leave_claims_to_the_claim_policies(build: Any) -> None:
-    plugin, dra = _variables(build()), _variables(build(claims_looked_up=True))
+    plugin, dra = _variables(build(PLUGIN_DATA)), _variables(build(DRA_DATA))
     assert "resourceClaims" in plugin["gpuNames"]
     assert "resourceClaims" not in dra["gpuNames"]
-    # gpuNames alone differs: every other rule reads the same in both modes.
-    assert {k: v for k, v in dra.items() if k != "gpuNames"} == {
-        k: v for k, v in plugin.items() if k != "gpuNames"
+    # gpuNames and the written-in document alone differ: every other rule reads the same.
+    assert {k: v for k, v in dra.items() if k not in ("gpuNames", "config")} == {
+        k: v for k, v in plugin.items() if k not in ("gpuNames", "config")
     }
-
-
-def test_dra_claims_device_plugin_mode_renders_the_default_policies() -> None:
-    assert admission_policy_spec(claims_looked_up=False) == admission_policy_spec()
-    assert routing_policy_spec(claims_looked_up=False) == routing_policy_spec()
 
 
 def test_dra_claims_validations_never_render_the_files_marks() -> None:
@@ -168,7 +164,8 @@ def test_dra_claims_policy_conditions_name_no_variable(kind: str) -> None:
 @pytest.mark.parametrize("kind", CLAIM_KINDS)
 def test_dra_claims_routing_patches_as_the_pod_routing_does(kind: str) -> None:
     assert (
-        claim_routing_policy_spec(kind, DRA_DATA)["mutations"] == routing_policy_spec()["mutations"]
+        claim_routing_policy_spec(kind, DRA_DATA)["mutations"]
+        == routing_policy_spec(DRA_DATA)["mutations"]
     )
 
 
@@ -217,7 +214,7 @@ def test_dra_claims_gate_routes_and_refuses_by_claim_kind() -> None:
         assert policies[name]["spec"] == claim_policy_spec(kind, DRA_DATA)
         assert routings[name]["spec"] == claim_routing_policy_spec(kind, DRA_DATA)
     main = policies["gpu-scheduler-gate"]["spec"]
-    assert main == admission_policy_spec(claims_looked_up=True)
+    assert main == admission_policy_spec(DRA_DATA)
 
 
 def test_dra_claims_reject_only_gate_has_no_claim_routing() -> None:
@@ -234,7 +231,9 @@ def test_dra_claims_device_plugin_gate_has_no_claim_policy() -> None:
     recording = _make_gate(engine="mutating-admission-policy")
     assert set(_by_name(recording, VAP)) == {"gpu-scheduler-gate"}
     assert set(_by_name(recording, MAP)) == {"gpu-scheduler-gate"}
-    assert _by_name(recording, VAP)["gpu-scheduler-gate"]["spec"] == admission_policy_spec()
+    assert _by_name(recording, VAP)["gpu-scheduler-gate"]["spec"] == admission_policy_spec(
+        gate_data(SCHEDULER, [], [], pool_toleration=TOLERATION)
+    )
 
 
 # ------------------------------------------------------------------ the stack config
@@ -284,12 +283,8 @@ NO_MONITORING = {"monitoring": {**project_config("local")["monitoring"], "enable
 @pytest.mark.usefixtures("_kubeconfig")
 def test_dra_claims_program_hands_the_operators_classes_to_the_gate() -> None:
     recording = run_program("local", {**NO_MONITORING, "gpuOperator": _dra_operator()})
-    params = [
-        c.inputs["data"]
-        for c in recording.of_type("kubernetes:core/v1:ConfigMap")
-        if c.inputs["metadata"]["name"] == "gpu-gate-params"
-    ]
-    assert [p[DEVICE_CLASSES_KEY] for p in params] == [",".join(sorted(DRA_DEVICE_CLASSES))]
+    params = recording.gate_document()
+    assert params[DEVICE_CLASSES_KEY] == ",".join(sorted(DRA_DEVICE_CLASSES))
     names = {claim_policy_name(k) for k in CLAIM_KINDS}
     assert names <= set(_by_name(recording, VAP)) and names <= set(_by_name(recording, MAP))
 
@@ -298,12 +293,7 @@ def test_dra_claims_program_hands_the_operators_classes_to_the_gate() -> None:
 def test_dra_claims_program_keeps_device_plugin_stacks_as_they_were() -> None:
     recording = run_program("local", NO_MONITORING)
     assert set(_by_name(recording, VAP)) == {"gpu-scheduler-gate"}
-    (params,) = [
-        c.inputs["data"]
-        for c in recording.of_type("kubernetes:core/v1:ConfigMap")
-        if c.inputs["metadata"]["name"] == "gpu-gate-params"
-    ]
-    assert DEVICE_CLASSES_KEY not in params
+    assert DEVICE_CLASSES_KEY not in recording.gate_document()
 
 
 def test_dra_claims_config_refuses_opa_with_dra() -> None:

@@ -25,7 +25,6 @@ from kubernetes.client.exceptions import ApiException
 
 from components.opa_gate.manifests import (
     CLAIM_KINDS,
-    GATE_PARAMS_CONFIGMAP,
     admission_policy_binding_spec,
     admission_policy_spec,
     claim_binding_spec,
@@ -129,11 +128,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
                 f"/apis/resource.k8s.io/v1/namespaces/{GATED_NAMESPACE}/{plural}",
                 obj.manifest(),
             )
-        cp.request(
-            "POST",
-            f"/api/v1/namespaces/{GATE_NAMESPACE}/configmaps",
-            {"metadata": {"name": GATE_PARAMS_CONFIGMAP}, "data": _params()},
-        )
         yield started
 
 
@@ -146,7 +140,7 @@ def _gate_objects(engine: str) -> list[tuple[str, str, dict[str, Any]]]:
         (
             "validatingadmissionpolicies",
             GATE_NAME,
-            admission_policy_spec(claims_looked_up=True, gate_namespace=ns),
+            admission_policy_spec(params, gate_namespace=ns),
         ),
         (
             "validatingadmissionpolicybindings",
@@ -159,7 +153,7 @@ def _gate_objects(engine: str) -> list[tuple[str, str, dict[str, Any]]]:
             (
                 "mutatingadmissionpolicies",
                 GATE_NAME,
-                routing_policy_spec(claims_looked_up=True, gate_namespace=ns),
+                routing_policy_spec(params, gate_namespace=ns),
             ),
             ("mutatingadmissionpolicybindings", GATE_NAME, routing_binding_spec(gate_namespace=ns)),
         ]

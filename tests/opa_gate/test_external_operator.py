@@ -20,6 +20,7 @@ from components.opa_gate.manifests import (
     gate_data,
     gate_list,
     webhook_condition,
+    written_document,
 )
 from components.opa_gate.settings import OpaGateSettings
 from components.settings import Problem
@@ -57,11 +58,13 @@ def test_gate_external_operator_pods_reach_every_engines_data(engine: str) -> No
     assert config["operator_pods.namespace"] == EXTERNAL
     assert gate_list(config, "operator_pods.creators") == [VALIDATOR]
     if engine == "opa":
-        # The webhook's condition carries the document the native policies read as params.
+        # The webhook's condition carries the document written into the native policies.
         assert json.dumps(config, sort_keys=True) in webhook_condition(config)
     else:
-        variables = {v["name"]: v["expression"] for v in admission_policy_spec()["variables"]}
+        spec = admission_policy_spec(config)
+        variables = {v["name"]: v["expression"] for v in spec["variables"]}
         assert "variables.config['operator_pods.namespace']" in variables["operatorPod"]
+        assert written_document(spec)["operator_pods.namespace"] == EXTERNAL
 
 
 # ------------------------------------------------------------------ the setting
@@ -183,12 +186,7 @@ def test_gate_external_operator_reaches_the_applied_gate(engine: str) -> None:
         ]
         data = json.loads(config_map.inputs["data"]["gate.json"])
     else:
-        (config_map,) = [
-            c
-            for c in recording.of_type("kubernetes:core/v1:ConfigMap")
-            if c.inputs["metadata"]["name"] == "gpu-gate-params"
-        ]
-        data = config_map.inputs["data"]
+        data = recording.gate_document()
     assert data["operator_pods.namespace"] == EXTERNAL
     assert gate_list(data, "operator_pods.creators") == [VALIDATOR]
     # Nothing of the operator is the stack's.

@@ -55,13 +55,6 @@ EPHEMERAL_CONTAINERS_UPDATE = {
     "apiVersions": ["v1"],
     "resources": ["pods/ephemeralcontainers"],
 }
-# Both bindings read the params ConfigMap; a missing one skips the binding (never Deny, which
-# refuses CPU pods too).
-PARAM_REF = {
-    "name": "gpu-gate-params",
-    "namespace": "gpu-admission",
-    "parameterNotFoundAction": "Allow",
-}
 LABELS = {
     "app.kubernetes.io/name": "gpu-scheduler-gate",
     "app.kubernetes.io/part-of": "gpu-cluster",
@@ -80,13 +73,13 @@ def _webhook(namespace: str = "gpu-admission", **settings: Any) -> dict[str, Any
 # Each engine's object that selects namespaces, and where in it the selector sits.
 SELECTORS: dict[str, Callable[[str], Any]] = {
     "webhook": lambda ns: _webhook(ns)["namespaceSelector"],
-    "validating-policy": lambda ns: admission_policy_spec(gate_namespace=ns)["matchConstraints"][
-        "namespaceSelector"
-    ],
+    "validating-policy": lambda ns: admission_policy_spec(CONFIG, gate_namespace=ns)[
+        "matchConstraints"
+    ]["namespaceSelector"],
     "validating-binding": lambda ns: admission_policy_binding_spec(gate_namespace=ns)[
         "matchResources"
     ]["namespaceSelector"],
-    "routing-policy": lambda ns: routing_policy_spec(gate_namespace=ns)["matchConstraints"][
+    "routing-policy": lambda ns: routing_policy_spec(CONFIG, gate_namespace=ns)["matchConstraints"][
         "namespaceSelector"
     ],
     "routing-binding": lambda ns: routing_binding_spec(gate_namespace=ns)["matchResources"][
@@ -130,13 +123,13 @@ def test_opa_gate_manifests_every_engine_excludes_kube_system_and_the_gate_by_na
         ),
         (
             "validating-admission-policy",
-            lambda: admission_policy_spec()["matchConstraints"]["resourceRules"],
+            lambda: admission_policy_spec(CONFIG)["matchConstraints"]["resourceRules"],
             [POD_CREATE, EPHEMERAL_CONTAINERS_UPDATE],
         ),
         # Routing mutates only what is being created.
         (
             "mutating-admission-policy",
-            lambda: routing_policy_spec()["matchConstraints"]["resourceRules"],
+            lambda: routing_policy_spec(CONFIG)["matchConstraints"]["resourceRules"],
             [POD_CREATE],
         ),
     ],
@@ -155,8 +148,8 @@ def test_opa_gate_manifests_every_engine_judges_pod_creates_and_added_ephemeral_
     ("engine", "render"),
     [
         ("opa", lambda fp: _webhook(failure_policy=fp)),
-        ("validating-admission-policy", lambda fp: admission_policy_spec(fp)),
-        ("mutating-admission-policy", lambda fp: routing_policy_spec(fp)),
+        ("validating-admission-policy", lambda fp: admission_policy_spec(CONFIG, fp)),
+        ("mutating-admission-policy", lambda fp: routing_policy_spec(CONFIG, fp)),
     ],
 )
 def test_opa_gate_manifests_failure_policy_reaches_each_engine(
@@ -236,11 +229,10 @@ def test_opa_gate_manifests_webhook_calls_the_service_trusting_the_ca(
             admission_policy_binding_spec,
             {
                 "policyName": "gpu-scheduler-gate",
-                "paramRef": PARAM_REF,
                 "validationActions": ["Deny"],
             },
         ),
-        (routing_binding_spec, {"policyName": "gpu-scheduler-gate", "paramRef": PARAM_REF}),
+        (routing_binding_spec, {"policyName": "gpu-scheduler-gate"}),
     ],
 )
 def test_opa_gate_manifests_bindings_name_the_gate_policy(
@@ -252,9 +244,9 @@ def test_opa_gate_manifests_bindings_name_the_gate_policy(
 
 
 def test_opa_gate_manifests_routing_policy_patches_unbound_gpu_pods() -> None:
-    spec = routing_policy_spec()
+    spec = routing_policy_spec(CONFIG)
     assert spec["reinvocationPolicy"] == "IfNeeded"
-    assert spec["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
+    assert "paramKind" not in spec
     assert [c["name"] for c in spec["matchConditions"]] == ["gpu-pool-or-gang-pod", "not-bound"]
     # The scheduler, then the pool's toleration (only with a valid pool in the parameters).
     assert len(spec["mutations"]) == 2
@@ -337,11 +329,11 @@ def test_opa_gate_manifests_gate_data_names_the_stacks_priority_classes() -> Non
 
 
 def test_opa_gate_manifests_native_policies_judge_priority_classes_on_creation_only() -> None:
-    variables = {v["name"]: v["expression"] for v in admission_policy_spec()["variables"]}
+    variables = {v["name"]: v["expression"] for v in admission_policy_spec(CONFIG)["variables"]}
     assert variables["stackPriorityClass"].startswith("variables.creating &&")
     (rule,) = [
         v
-        for v in admission_policy_spec()["validations"]
+        for v in admission_policy_spec(CONFIG)["validations"]
         if "spec.priorityClassName" in v["messageExpression"]
     ]
     assert "!variables.priorityClassMisused" in rule["expression"]
@@ -351,7 +343,7 @@ def test_opa_gate_manifests_native_policies_judge_priority_classes_on_creation_o
 
 
 def test_opa_gate_manifests_native_policies_read_the_pool_from_their_parameter() -> None:
-    validations = admission_policy_spec()["validations"]
+    validations = admission_policy_spec(CONFIG)["validations"]
     (pool_rule,) = [v for v in validations if "pool's taint" in v["messageExpression"]]
     assert "!variables.poolPod" in pool_rule["expression"]
 

@@ -24,7 +24,6 @@ import pytest
 from components.gpu_operator.settings import GpuOperatorSettings, OperatorPods
 from components.opa_gate.manifests import (
     CLAIM_KINDS,
-    GATE_PARAMS_CONFIGMAP,
     admission_policy_spec,
     claim_policy_spec,
     claim_routing_policy_spec,
@@ -32,7 +31,7 @@ from components.opa_gate.manifests import (
     gate_data,
     routing_policy_spec,
 )
-from components.opa_gate.settings import DEFAULT_GATE_NAMESPACE, OpaGateSettings, load_policies
+from components.opa_gate.settings import OpaGateSettings, load_policies
 from components.tainted_gpu_pool.settings import Taint
 from tests.integration.conftest import built_tool
 from tests.opa_gate.gate_samples import (
@@ -181,14 +180,9 @@ def _cel(celgate: Path, engine: str, params: dict[str, str], requests: list[Any]
     `lookups`."""
     routing, dra = engine == ROUTING_ENGINE, claims_looked_up(params)
     document = {
-        "validating": admission_policy_spec(claims_looked_up=dra),
-        "mutating": routing_policy_spec(claims_looked_up=dra) if routing else None,
-        "params": {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": GATE_PARAMS_CONFIGMAP, "namespace": DEFAULT_GATE_NAMESPACE},
-            "data": params,
-        },
+        "validating": admission_policy_spec(params),
+        "mutating": routing_policy_spec(params) if routing else None,
+        "params": None,
         "paramPolicies": [
             {
                 "validating": claim_policy_spec(kind, params),
