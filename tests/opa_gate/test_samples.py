@@ -10,6 +10,7 @@ from tests.opa_gate.gate_samples import (
     NAMESPACES,
     ROUTING_ENGINE,
     VERDICTS,
+    Sample,
     load_samples,
 )
 
@@ -107,6 +108,14 @@ def test_gate_samples_dra_objects_ask_for_known_classes_only() -> None:
         assert obj.classes() <= known, obj.name
 
 
+def _sets_visible_devices(sample: Sample) -> bool:
+    return any(
+        e.get("name") == "NVIDIA_VISIBLE_DEVICES"
+        for c in sample.spec.get("containers", [])
+        for e in c.get("env", [])
+    )
+
+
 def test_gate_samples_dra_rows_cover_gpu_and_other_claims_of_both_kinds() -> None:
     dra = load_samples().dra
     gpu = {o.name for o in dra.objects if o.classes() & set(dra.device_classes)}
@@ -118,10 +127,10 @@ def test_gate_samples_dra_rows_cover_gpu_and_other_claims_of_both_kinds() -> Non
     verdicts = {
         s.name: (dra.asks_for_gpu(s), s.route)
         for s in dra.samples
-        if s.spec.get("priorityClassName") not in classes
+        if s.spec.get("priorityClassName") not in classes and not _sets_visible_devices(s)
     }
     # Every GPU claim pod is routed or refused; every other claim pod left alone (unless it
-    # names one of the stack's PriorityClasses).
+    # names one of the stack's PriorityClasses or sets NVIDIA_VISIBLE_DEVICES).
     for name, (asks, route) in verdicts.items():
         assert (route != "allowed") == asks or name.endswith("on-the-gates-scheduler"), name
 
