@@ -116,6 +116,10 @@ with ClusterAccess.create(
             GpuOperatorArgs.from_settings(config.gpu_operator, access=access, taint=gpu_pool.taint),
         )
 
+    # After ControlPlaneFeatures when it turns on what the scheduler needs (gangs: the
+    # GenericWorkload gate and PodGroups): a first `up` does not start it before the API servers
+    # serve them.
+    needs = config.scheduler.control_plane_needs
     scheduler = BinpackScheduler(
         "binpack-scheduler",
         BinpackSchedulerArgs.from_settings(
@@ -123,6 +127,11 @@ with ClusterAccess.create(
             access=access,
             kubernetes_version=config.kubernetes_version,
             advertised=config.gpu_operator.gpu_resources(),
+        ),
+        pulumi.ResourceOptions(
+            depends_on=[control_plane]
+            if control_plane is not None and (needs.feature_gates or needs.runtime_config)
+            else []
         ),
     )
     # What GPU pods ask for, as the scheduler weighs it: what the GPU Operator's settings advertise
@@ -148,6 +157,7 @@ with ClusterAccess.create(
                 config.admission.external_gpu_operator_namespace
             ),
             gang_pods=config.scheduler.gang_scheduling,
+            gang_namespaces=config.scheduler.gang_namespaces,
             # Layer 8's classes (none when it is off) are for GPU pods, and the namespaces listed.
             priority_classes=config.priority_classes.created_names(),
             priority_class_namespaces=config.priority_classes.allowed_namespaces,

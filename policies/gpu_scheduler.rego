@@ -36,7 +36,7 @@ baseline_gpu_resources := {"nvidia.com/gpu"}
 # Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-mig.html
 baseline_gpu_resource_prefixes := {"nvidia.com/mig-"}
 
-config_lists := ["gpu_resources", "gpu_resource_prefixes", "priority_classes", "priority_class_namespaces"]
+config_lists := ["gpu_resources", "gpu_resource_prefixes", "priority_classes", "priority_class_namespaces", "gang_namespaces"]
 
 operator_keys := ["operator_pods.namespace", "operator_pods.creators", "operator_pods.daemonset_controllers"]
 
@@ -444,13 +444,22 @@ pool_pod if {
 }
 
 # A pod being created, not bound to a node, of a PodGroup, when the gate keeps gangs on the
-# binpack scheduler.
+# binpack scheduler, in one of gang_namespaces (absent or empty: every namespace).
 gang_pod if {
 	pod_create
 	config.gang_pods == "true"
+	gang_namespace
 	not preset_node_name
 	non_empty_string(spec.schedulingGroup.podGroupName)
 }
+
+gang_namespaces := list_items(object.get(config, "gang_namespaces", ""))
+
+default gang_namespace := false
+
+gang_namespace if count(gang_namespaces) == 0
+
+gang_namespace if request.namespace in gang_namespaces
 
 # The stack's PriorityClasses (priority_classes; absent or empty: none, the rule is off) may
 # preempt other pods: a pod being created may name one only when it asks for a GPU, or when its

@@ -894,6 +894,31 @@ test_a_malformed_gang_switch_is_a_configuration_error if {
 		with data.gpu_cluster.config as object.union(gate_config, {"gang_pods": "yes"})
 }
 
+# gang_namespaces: only the PodGroups of those namespaces are the binpack scheduler's.
+
+test_gang_namespaces_limit_which_podgroups_the_gate_keeps if {
+	listed := object.union(gang_config, {"gang_namespaces": "team-a,team-b"})
+	deny == {gang_denial(`"default-scheduler"`)} with input as review_of({"spec": object.union(in_group, {"schedulerName": "default-scheduler"})})
+		with data.gpu_cluster.config as listed
+	others := object.union(gang_config, {"gang_namespaces": "team-b"})
+	count(deny) == 0 with input as review_of({"spec": object.union(in_group, {"schedulerName": "default-scheduler"})})
+		with data.gpu_cluster.config as others
+}
+
+test_an_empty_gang_namespace_list_keeps_every_podgroup if {
+	deny == {gang_denial(`"default-scheduler"`)} with input as review_of({"spec": object.union(in_group, {"schedulerName": "default-scheduler"})})
+		with data.gpu_cluster.config as object.union(gang_config, {"gang_namespaces": ""})
+}
+
+test_a_gpu_gang_member_outside_the_gang_namespaces_is_still_a_gpu_pod if {
+	deny == {unset_gpu_denial} with input as gpu_pod_review(in_group)
+		with data.gpu_cluster.config as object.union(gang_config, {"gang_namespaces": "team-b"})
+}
+
+test_a_malformed_gang_namespace_list_is_a_configuration_error if {
+	config_errors == {"gang_namespaces must be a comma-separated list of non-empty strings"} with data.gpu_cluster.config as object.union(gang_config, {"gang_namespaces": "team-a,"})
+}
+
 # The stack's PriorityClasses: only pods that ask for a GPU, or pods in the listed namespaces,
 # may name them.
 

@@ -42,6 +42,11 @@ from components.images import IMAGE
 from components.kubernetes_names import is_dns1123_label, is_qualified_name
 from components.settings import BOOL, Settings, between, choice, problem, text, unique
 
+GANG_NAMESPACE = text(
+    is_dns1123_label,
+    "expected the name of a namespace (DNS-1123 label) whose PodGroups the stack's scheduler "
+    "places",
+)
 # The cluster's own kube-scheduler answers to this name; a second profile with it would make
 # every ordinary pod a candidate for both schedulers.
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -303,6 +308,15 @@ class BinpackSchedulerSettings(Settings):
     or not at all, in either scoring. Needs Kubernetes v1.37 and an API server serving
     scheduling.k8s.io/v1beta1 with the GenericWorkload feature gate: with controlPlane.enabled
     the stack turns both on; without, the preview checks the cluster serves PodGroups."""
+    gang_namespaces: Annotated[
+        tuple[Annotated[str, GANG_NAMESPACE], ...],
+        AfterValidator(unique("each namespace at most once")),
+    ] = ()
+    """With gangScheduling, the namespaces whose PodGroups the stack's scheduler places: the
+    gate keeps every pod of a PodGroup there on it, a CPU-only launcher too. Empty: every
+    namespace (every PodGroup of the cluster). Elsewhere a PodGroup's pods are judged as any
+    pod (GPU pods routed, the others left to their scheduler), so another team's gangs on
+    another scheduler are neither moved nor refused."""
 
     @field_validator("name")
     @classmethod
@@ -352,6 +366,17 @@ class BinpackSchedulerSettings(Settings):
                     value=shape[i].utilization,
                 )
         return shape
+
+    @model_validator(mode="after")
+    def _gang_namespaces_need_gangs(self) -> Self:
+        if self.gang_namespaces and not self.gang_scheduling:
+            raise problem(
+                "gangNamespaces says whose PodGroups the stack's scheduler places, which it does "
+                "only with scheduler.gangScheduling true: set it, or leave gangNamespaces empty",
+                at=".gangNamespaces",
+                value=list(self.gang_namespaces),
+            )
+        return self
 
     @model_validator(mode="after")
     def _weights_a_gpu(self) -> Self:

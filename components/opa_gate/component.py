@@ -150,6 +150,9 @@ class OpaGateArgs(OpaGateSettings):
     gang_pods: Annotated[bool, Runtime()] = False
     """Whether the stack's scheduler places gangs (scheduler.gangScheduling): every pod of a
     PodGroup is then kept on it, GPU or not."""
+    gang_namespaces: Annotated[Sequence[str], Runtime()] = ()
+    """With gang_pods, the namespaces whose PodGroups are kept on the stack's scheduler
+    (scheduler.gangNamespaces); empty: every namespace."""
     device_classes: Annotated[Sequence[str], Runtime()] = ()
     """The DeviceClasses whose resource claims are GPU requests (GpuOperator's
     device_classes(), DRA mode): a pod's claim counts only when the ResourceClaimTemplate or
@@ -263,6 +266,7 @@ class OpaGate(ClusterLayer):
                 operator_pods=args.operator_pods,
                 pool_toleration=v[2],
                 gang_pods=args.gang_pods,
+                gang_namespaces=args.gang_namespaces,
                 device_classes=args.device_classes,
                 priority_classes=args.priority_classes,
                 priority_class_namespaces=args.priority_class_namespaces,

@@ -68,6 +68,8 @@ DEVICE_CLASSES_KEY = cel.DEVICE_CLASSES_KEY
 # The parameter document's keys for the stack's PriorityClasses and the namespaces whose pods
 # may name them without asking for a GPU.
 PRIORITY_CLASSES_KEY = "priority_classes"
+# The parameter document's key for the namespaces whose PodGroups the stack's scheduler places.
+GANG_NAMESPACES_KEY = "gang_namespaces"
 PRIORITY_CLASS_NAMESPACES_KEY = "priority_class_namespaces"
 # What a pod's resource claims name, resource.k8s.io/v1 (GA since Kubernetes 1.34): the param
 # kind of each claim policy pair. Built in, like ConfigMap, so always mapped.
@@ -87,6 +89,7 @@ def gate_data(
     operator_pods: OperatorPods | None = None,
     pool_toleration: Mapping[str, str] | None = None,
     gang_pods: bool = False,
+    gang_namespaces: Sequence[str] = (),
     device_classes: Sequence[str] = (),
     priority_classes: Sequence[str] = (),
     priority_class_namespaces: Sequence[str] = (),
@@ -99,7 +102,8 @@ def gate_data(
     `operator_pods` (the GPU Operator's own pods) are left out when None. `pool_toleration`
     (TaintedGpuPool's, which names the pool's taint exactly) makes the pods that tolerate the
     pool's taint `pool_pods`, kept on the scheduler like GPU pods; none when None.
-    `gang_pods` (the stack's scheduler places gangs) keeps every pod of a PodGroup on it too.
+    `gang_pods` (the stack's scheduler places gangs) keeps every pod of a PodGroup on it too,
+    only in `gang_namespaces` when given (scheduler.gangNamespaces; empty: every namespace).
     `device_classes` (DRA mode: GpuOperatorSettings.device_classes()) are the DeviceClasses
     whose resource claims are GPU requests, judged by the claim policies
     (claim_policy_spec()); without them every claim counts as a GPU request.
@@ -124,6 +128,8 @@ def gate_data(
         data["pool_pods.daemonset_controllers"] = LIST_SEPARATOR.join(sorted(DAEMONSET_CONTROLLERS))
     if gang_pods:  # only when on: a stack without gangs keeps its document as it was
         data["gang_pods"] = "true"
+        if gang_namespaces:
+            data[GANG_NAMESPACES_KEY] = LIST_SEPARATOR.join(sorted(set(gang_namespaces)))
     if device_classes:  # DRA mode only: a device-plugin stack keeps its document as it was
         data[DEVICE_CLASSES_KEY] = LIST_SEPARATOR.join(sorted(set(device_classes)))
     if priority_classes:  # layer 8 only: a stack without it keeps its document as it was

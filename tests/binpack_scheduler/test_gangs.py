@@ -139,3 +139,48 @@ def test_the_gate_keeps_every_pod_of_a_podgroup_on_the_stacks_scheduler_only_wit
     on = run_program("dev", {"scheduler": {"gangScheduling": True}, "kubernetesVersion": V1_37})
     assert params(on)["gang_pods"] == "true"
     assert "gang_pods" not in params(run_program("dev"))
+
+
+def test_with_gangs_the_scheduler_waits_for_the_control_planes_rollout() -> None:
+    # The API servers serve PodGroups only once ControlPlaneFeatures has rolled them out.
+    def waits_for_the_control_plane(recording: Any) -> bool:
+        # The SDK records a dependency on a component as one on each of its children.
+        (scheduler,) = recording.of_type("gpu-cluster:index:BinpackScheduler")
+        return any("gpu-cluster:index:ControlPlaneFeatures$" in d for d in scheduler.dependencies)
+
+    on = run_program("dev", {"scheduler": {"gangScheduling": True}, "kubernetesVersion": V1_37})
+    assert waits_for_the_control_plane(on)
+    assert not waits_for_the_control_plane(run_program("dev"))
+
+
+def test_gang_namespaces_limit_the_podgroups_the_gate_keeps() -> None:
+    scheduler = {"gangScheduling": True, "gangNamespaces": ["ml-train", "ml-batch"]}
+    recording = run_program("dev", {"scheduler": scheduler, "kubernetesVersion": V1_37})
+    assert recording.gate_document()["gang_namespaces"] == "ml-batch,ml-train"
+    every = run_program("dev", {"scheduler": {"gangScheduling": True}, "kubernetesVersion": V1_37})
+    assert "gang_namespaces" not in every.gate_document()
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "expected"),
+    [
+        (
+            {"gangNamespaces": ["ml-train"]},
+            "gpu-cluster:scheduler.gangNamespaces: got ['ml-train']; gangNamespaces says whose "
+            "PodGroups the stack's scheduler places, which it does only with "
+            "scheduler.gangScheduling true: set it, or leave gangNamespaces empty",
+        ),
+        (
+            {"gangScheduling": True, "gangNamespaces": ["ml-train", "ml-train"]},
+            "gpu-cluster:scheduler.gangNamespaces[1]: got 'ml-train'; each namespace at most once",
+        ),
+        (
+            {"gangScheduling": True, "gangNamespaces": ["ML_train"]},
+            "gpu-cluster:scheduler.gangNamespaces[0]: got 'ML_train'; expected the name of a "
+            "namespace (DNS-1123 label) whose PodGroups the stack's scheduler places",
+        ),
+    ],
+)
+def test_gang_namespaces_are_checked_at_load(scheduler: dict[str, Any], expected: str) -> None:
+    problems = _problems({"scheduler": scheduler, "kubernetesVersion": V1_37})
+    assert expected in problems, problems

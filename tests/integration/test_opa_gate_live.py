@@ -92,6 +92,8 @@ GATE_NAMESPACE = f"gate-own-{uuid.uuid4().hex[:8]}"
 # The namespace whose pods may name the stack's PriorityClasses without a GPU (the table's
 # `serving`, priorityClasses.allowedNamespaces).
 SERVING_NAMESPACE = f"gate-serving-{uuid.uuid4().hex[:8]}"
+# The namespace the samples are created in (tenants' pods), and the one BYPASS_LABEL marks.
+GATED_NAMESPACE = f"gate-team-{uuid.uuid4().hex[:8]}"
 GATES = {
     source: Gate(
         config=gate_data(
@@ -101,6 +103,13 @@ GATES = {
             operator_pods=operator,
             pool_toleration=POOL_TOLERATION,
             gang_pods=SAMPLES.gang_pods,
+            gang_namespaces=SAMPLES.gang_namespace_names(
+                {
+                    "gated": GATED_NAMESPACE,
+                    "operator": operator.namespace if operator is not None else "",
+                    "serving": SERVING_NAMESPACE,
+                }
+            ),
             priority_classes=SAMPLES.priority_classes,
             priority_class_namespaces=[SERVING_NAMESPACE],
         ),
@@ -202,9 +211,7 @@ def _let_create_pods(cp: LocalControlPlane, namespace: str, user: str) -> None:
 @pytest.fixture(scope="module")
 def namespaces(control_plane: LocalControlPlane) -> Iterator[Namespaces]:
     suffix = uuid.uuid4().hex[:8]
-    made = Namespaces(
-        gated=f"gate-team-{suffix}", labelled=f"gate-labelled-{suffix}", own=GATE_NAMESPACE
-    )
+    made = Namespaces(gated=GATED_NAMESPACE, labelled=f"gate-labelled-{suffix}", own=GATE_NAMESPACE)
     for name in made.all():
         control_plane.create_namespace(name)
     control_plane.request(

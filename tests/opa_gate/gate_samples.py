@@ -3,9 +3,10 @@ engine must reach on them, read into plain objects for the live tests."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import yaml
 
@@ -243,6 +244,8 @@ class SampleTable:
     """The GPU pool's taint (TaintedGpuPool's gpuPool.taint)."""
     gang_pods: bool
     """Whether the stack's scheduler places gangs (scheduler.gangScheduling)."""
+    gang_namespaces: tuple[Namespace, ...]
+    """The namespaces (by kind) whose PodGroups it places (scheduler.gangNamespaces)."""
     priority_classes: list[str]
     """The stack's PriorityClasses (GpuPriorityClasses' names): for GPU pods, and for pods in
     the `serving` namespace (the gate data's priority_class_namespaces)."""
@@ -252,6 +255,10 @@ class SampleTable:
     """Judged under a device-plugin stack's gate data, by every engine."""
     dra: DraTable
     """Judged under a DRA stack's gate data, by DRA_ENGINES."""
+
+    def gang_namespace_names(self, names: Mapping[Namespace, str]) -> list[str]:
+        """The gate data's gang_namespaces, with `names` the test's name for each kind."""
+        return [names[kind] for kind in self.gang_namespaces]
 
     def priority_class_objects(self) -> list[dict[str, Any]]:
         """The PriorityClasses the samples name (scheduling.k8s.io/v1), as a live test creates
@@ -317,6 +324,13 @@ def _claim_object(raw: dict[str, Any]) -> ClaimObject:
     return ClaimObject(kind=raw["kind"], name=raw["name"], requests=requests)
 
 
+def _namespace_kinds(raw: list[str]) -> tuple[Namespace, ...]:
+    unknown = sorted(set(raw) - set(NAMESPACES))
+    if unknown:
+        raise ValueError(f"namespace kinds {unknown} are not one of {list(NAMESPACES)}")
+    return tuple(cast(Namespace, kind) for kind in raw)
+
+
 def load_samples(path: Path = SAMPLES_FILE) -> SampleTable:
     raw = yaml.safe_load(path.read_text())
     dra = raw["dra"]
@@ -326,6 +340,7 @@ def load_samples(path: Path = SAMPLES_FILE) -> SampleTable:
         gpu_resource_prefixes=list(raw["gpu_resource_prefixes"]),
         pool_taint=dict(raw["pool_taint"]),
         gang_pods=bool(raw.get("gang_pods", False)),
+        gang_namespaces=_namespace_kinds(raw.get("gang_namespaces", [])),
         priority_classes=list(raw.get("priority_classes", [])),
         other_priority_classes=list(raw.get("other_priority_classes", [])),
         samples=_samples(raw["samples"]),

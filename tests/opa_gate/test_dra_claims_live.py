@@ -85,6 +85,9 @@ def _params() -> dict[str, str]:
         (),
         pool_toleration=Taint.model_validate(POOL_TAINT).toleration(),
         gang_pods=SAMPLES.gang_pods,
+        gang_namespaces=SAMPLES.gang_namespace_names(
+            {"gated": GATED_NAMESPACE, "operator": "gpu-operator", "serving": SERVING_NAMESPACE}
+        ),
         device_classes=TABLE.device_classes,
         priority_classes=SAMPLES.priority_classes,
         priority_class_namespaces=[SERVING_NAMESPACE],

@@ -67,6 +67,16 @@ OPERATORS: dict[str, OperatorPods | None] = {
 ENGINES = (*REFUSING_ENGINES, ROUTING_ENGINE)
 
 
+def _gang_namespaces(operator: OperatorPods | None) -> list[str]:
+    """The table's gang namespaces by name: the gated one, the operator's, not `serving`."""
+    names = {
+        "gated": GATED_NAMESPACE,
+        "operator": operator.namespace if operator is not None else "gpu-operator",
+        "serving": SERVING_NAMESPACE,
+    }
+    return SAMPLES.gang_namespace_names(names)
+
+
 def _params(operator: OperatorPods | None) -> dict[str, str]:
     return gate_data(
         SCHEDULER,
@@ -75,6 +85,7 @@ def _params(operator: OperatorPods | None) -> dict[str, str]:
         operator_pods=operator,
         pool_toleration=POOL_TOLERATION,
         gang_pods=SAMPLES.gang_pods,
+        gang_namespaces=_gang_namespaces(operator),
         priority_classes=SAMPLES.priority_classes,
         priority_class_namespaces=[SERVING_NAMESPACE],
     )
@@ -89,6 +100,7 @@ def _dra_params(operator: OperatorPods | None) -> dict[str, str]:
         operator_pods=operator,
         pool_toleration=POOL_TOLERATION,
         gang_pods=SAMPLES.gang_pods,
+        gang_namespaces=_gang_namespaces(operator),
         device_classes=SAMPLES.dra.device_classes,
         priority_classes=SAMPLES.priority_classes,
         priority_class_namespaces=[SERVING_NAMESPACE],
