@@ -332,11 +332,11 @@ def engine_active(
     wait_for(f"{engine} removed", lambda: outcome() is None, diagnose)
     if engine == ROUTING_ENGINE:  # the mutating policy may outlive the validating one
 
-        def unrouted() -> bool:
+        def no_longer_routed() -> bool:
             stored = admitted(api_client, namespace, gpu_pod(f"probe-{uuid.uuid4().hex[:6]}", GPU))
             return bool(stored.spec.scheduler_name != gate.config["scheduler_name"])
 
-        wait_for(f"{engine} no longer routing", unrouted, diagnose)
+        wait_for(f"{engine} no longer routing", no_longer_routed, diagnose)
 
 
 def tolerates(tolerations: Any, taint: Mapping[str, str]) -> bool:

@@ -39,6 +39,7 @@ from tests.opa_gate.gate_samples import (
     REFUSING_ENGINES,
     ROUTING_ENGINE,
     Identity,
+    Namespace,
     Sample,
     load_samples,
 )
@@ -69,7 +70,7 @@ ENGINES = (*REFUSING_ENGINES, ROUTING_ENGINE)
 
 def _gang_namespaces(operator: OperatorPods | None) -> list[str]:
     """The table's gang namespaces by name: the gated one, the operator's, not `serving`."""
-    names = {
+    names: dict[Namespace, str] = {
         "gated": GATED_NAMESPACE,
         "operator": operator.namespace if operator is not None else "gpu-operator",
         "serving": SERVING_NAMESPACE,
