@@ -26,6 +26,8 @@ GANG_JOBS = RESULTS / "gang-jobs"
 """bench.openb_replay on a trace with jobs, and bench.gang_scale: gangs against no gangs."""
 DRA_REPLAY = RESULTS / "dra-replay"
 """bench.openb_replay and bench.scheduler_scale with --dra: GPUs claimed through DRA."""
+ADMISSION_GAP = RESULTS / "admission-gap"
+"""bench.admission_gap: pods the gate refuses while a restarted API server starts."""
 
 
 def write_rows(path: Path, fields: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:
