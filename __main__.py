@@ -39,8 +39,12 @@ from components.binpack_scheduler.settings import (
     GANG_GROUP_VERSION,
     GANG_RESOURCE,
 )
-from components.cluster_access import check_served_api, check_version_skew
-from stack_config import load_stack_config
+from components.cluster_access import (
+    check_pool_toleration,
+    check_served_api,
+    check_version_skew,
+)
+from stack_config import load_stack_config, server_toleration_of
 
 config = load_stack_config()
 for warning in config.warnings:
@@ -68,6 +72,22 @@ if config.scheduler.gang_scheduling and not config.control_plane.enabled:
     )
     if gang_warning:
         pulumi.log.warn(gang_warning)
+
+# A refusing engine, and no ExtendedResourceToleration from controlPlane: GPU pods tolerate the
+# pool's taint only if the API server runs the plugin itself. A dry-run GPU pod asks it: no
+# toleration is refused, a cluster out of reach (or refusing the probe) is a warning.
+toleration_resource = server_toleration_of(config)
+if toleration_resource is not None:
+    toleration_warning = check_pool_toleration(
+        config.kubernetes.kubeconfig,
+        config.kubernetes.context,
+        engine=config.admission.engine,
+        kubernetes_version=config.kubernetes_version,
+        taint=config.gpu_pool.taint.as_dict(),
+        resource=toleration_resource,
+    )
+    if toleration_warning:
+        pulumi.log.warn(toleration_warning)
 
 # The claim on the cluster, written only once every object declared in the block was checked
 # live: none may exist that this stack did not create. Leaving the block checks them and lets

@@ -52,6 +52,7 @@ from components.opa_gate.settings import (
     operator_conflict_problem,
     pool_resources,
     pool_toleration_problem,
+    server_toleration_resource,
 )
 from components.settings import (
     BOOL,
@@ -164,25 +165,42 @@ class Kubeconfig(ContextRule):
 # --------------------------------------------------------------------------- cross-section rules
 
 
-def pool_toleration_of(config: StackConfig) -> Problem | None:
-    """Why a GPU pod the gate keeps on the binpack scheduler would never tolerate the pool's
-    taint under `config` (components/opa_gate/settings.py), or None."""
+def _pool_toleration_facts(config: StackConfig) -> dict[str, Any]:
+    """What the rules on the pool's toleration read from `config`: the engine, the admission
+    plugins the stack enables (none unless controlPlane.enabled), the pool's taint and what
+    the pool advertises (components/opa_gate/settings.py, pool_resources())."""
     names, prefixes = pool_resources(
         config.scheduler.gpu_resources_with(config.gpu_operator.gpu_resources()),
         config.extended_resources,
         config.gpu_pool.nodes,
         gate_extended_resources=config.admission.gate_extended_resources,
     )
-    return pool_toleration_problem(
-        engine=config.admission.engine,
-        kubernetes_version=config.kubernetes_version,
-        admission_plugins=(
+    return {
+        "engine": config.admission.engine,
+        "admission_plugins": (
             config.control_plane.admission_plugins if config.control_plane.enabled else ()
         ),
-        taint=config.gpu_pool.taint.as_dict(),
-        names=names,
-        prefixes=prefixes,
+        "taint": config.gpu_pool.taint.as_dict(),
+        "names": names,
+        "prefixes": prefixes,
+    }
+
+
+def pool_toleration_of(config: StackConfig) -> Problem | None:
+    """Why a GPU pod the gate keeps on the binpack scheduler would never tolerate the pool's
+    taint under `config`, whatever the cluster's API server runs
+    (components/opa_gate/settings.py), or None."""
+    return pool_toleration_problem(
+        kubernetes_version=config.kubernetes_version, **_pool_toleration_facts(config)
     )
+
+
+def server_toleration_of(config: StackConfig) -> str | None:
+    """The GPU resource whose pods tolerate the pool's taint under `config` only if the
+    cluster's API server runs ExtendedResourceToleration: the question the preview asks the
+    cluster (__main__.py, components/cluster_access.py check_pool_toleration); None when the
+    config alone decides."""
+    return server_toleration_resource(**_pool_toleration_facts(config))
 
 
 def operator_conflict_of(config: StackConfig) -> Problem | None:
@@ -388,9 +406,10 @@ class StackConfig(Settings):
 
     @model_validator(mode="after")
     def _gate_fits_the_stack(self) -> Self:
-        """Every GPU pod the gate keeps on the binpack scheduler tolerates the pool's taint, an
-        operator outside the stack is named only where the stack installs none, and with DRA
-        the engine can look up what a pod's claims name."""
+        """Every GPU pod the gate keeps on the binpack scheduler tolerates the pool's taint (or
+        may, when only the cluster's API server can tell: server_toleration_of(), asked at
+        preview), an operator outside the stack is named only where the stack installs none,
+        and with DRA the engine can look up what a pod's claims name."""
         claims = claim_lookup_problem(
             engine=self.admission.engine, device_classes=self.gpu_operator.device_classes()
         )

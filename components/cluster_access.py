@@ -17,12 +17,15 @@ the one source of its objects, and the next `pulumi up` puts back what a hand ed
 edit`) changed.
 
 Also the one look at the live cluster before anything is declared: the configured
-kubernetesVersion (the binpack scheduler's image tag) against the API server's /version.
+kubernetesVersion (the binpack scheduler's image tag) against the API server's /version, the
+APIs a setting needs (check_served_api), and whether the API server gives GPU pods the pool's
+toleration itself (check_pool_toleration, a dry-run pod).
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -33,13 +36,21 @@ import pulumi_kubernetes as k8s
 
 from components.kubernetes_version import major_minor
 from components.object_meta import NamespaceLabel
+from components.opa_gate.settings import (
+    EXTENDED_RESOURCE_TOLERATION,
+    added_toleration,
+    server_toleration_problem,
+)
 from components.ownership import (
     HELM_RELEASE_API,
     HELM_RELEASE_KIND,
+    PATCH_FORCE,
+    STACK_MARK,
     ClaimKeys,
     ObjectRef,
     Ownership,
     api_get,
+    marked_values,
 )
 from components.providers.node_api import (
     api_client_from_kubeconfig,
@@ -56,8 +67,6 @@ CLAIM_LABEL_KEY = "stack"
 """The claim's data key for the stack's readable organization/project/stack."""
 CLAIM_OBJECTS_KEY = "objects"
 """The claim's data key for the objects the stack manages (JSON, one a line)."""
-PATCH_FORCE = "pulumi.com/patchForce"
-"""The kubernetes provider's annotation: apply this object with force (take over fields)."""
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 
 # kube-scheduler must not be newer than the kube-apiserver it talks to, and may be at most one
@@ -169,17 +178,148 @@ def check_served_api(
     )
 
 
-def _forced(metadata: Any) -> Any:
-    """`metadata` (a dict or ObjectMetaArgs) with the patchForce annotation added."""
+# The namespace of the toleration probe's pod: one every cluster has, that the gate (every
+# engine, the routing one included) never judges, so a gate already installed, this stack's
+# from an earlier config, neither refuses the probe nor adds the pool's toleration to it.
+# Cluster-wide webhooks commonly leave it alone too, and Pod Security admits the probe there
+# as it is (it also meets the restricted profile).
+PROBE_NAMESPACE = "kube-system"
+# Never pulled: a dry-run stores and schedules nothing.
+PROBE_IMAGE = "registry.k8s.io/pause:3.10"
+# How long a preview waits for the dry-run before going on without the check.
+PROBE_TIMEOUT_S = 10.0
+PodDryRun = Callable[[str, Mapping[str, Any]], Mapping[str, Any]]
+"""(namespace, pod) -> the pod as the API server would store it, created with dryRun=All."""
+
+
+def toleration_probe(resource: str) -> dict[str, Any]:
+    """A pod asking for one `resource` and no toleration: what ExtendedResourceToleration, when
+    the API server runs it, gives the toleration of `resource` at admission."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": f"{PROJECT}-toleration-probe-",
+            "labels": {"app.kubernetes.io/part-of": PROJECT},
+        },
+        "spec": {
+            "automountServiceAccountToken": False,
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 65535,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "probe",
+                    "image": PROBE_IMAGE,
+                    # An extended resource is asked for with its limit (requests equal it).
+                    "resources": {"limits": {resource: "1"}, "requests": {resource: "1"}},
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
+    }
+
+
+class DryRunRefused(Exception):
+    """The API server answered a dry-run create with an error (RBAC, an admission refusal, a
+    webhook that does not support dry runs)."""
+
+
+def pod_dry_run(kubeconfig: str, context: str | None) -> PodDryRun:
+    """Creates pods with dryRun=All on the cluster `kubeconfig` (content) reaches: admission
+    runs in full (mutating plugins, webhooks and policies, then validation) and nothing is
+    stored. The callable raises when the cluster cannot be reached or refuses."""
+    api = api_client_from_kubeconfig(kubeconfig, context)
+
+    def create(namespace: str, pod: Mapping[str, Any]) -> Mapping[str, Any]:
+        request = api.param_serialize(
+            method="POST",
+            resource_path=f"/api/v1/namespaces/{namespace}/pods",
+            query_params=[("dryRun", "All")],
+            header_params={"Accept": "application/json", "Content-Type": "application/json"},
+            body=dict(pod),
+            auth_settings=["BearerToken"],
+        )
+        response = api.call_api(*request, _request_timeout=PROBE_TIMEOUT_S)
+        body = response.read()
+        try:
+            answer = json.loads(body) if body else {}
+        except ValueError:
+            answer = {}
+        if not 200 <= response.status < 300:
+            message = answer.get("message") if isinstance(answer, Mapping) else None
+            raise DryRunRefused(f"HTTP {response.status}: {message or response.reason}")
+        return answer if isinstance(answer, Mapping) else {}
+
+    return create
+
+
+def check_pool_toleration(
+    kubeconfig: str,
+    context: str | None,
+    *,
+    engine: str,
+    kubernetes_version: str,
+    taint: Mapping[str, str],
+    resource: str,
+) -> str | None:
+    """Ask the live API server whether it gives GPU pods the pool's toleration itself
+    (ExtendedResourceToleration), which the refusing `engine` relies on when the stack does
+    not enable the plugin (stack_config.server_toleration_of names `resource`): a dry-run
+    create of a pod asking for `resource` in PROBE_NAMESPACE.
+
+    None when the pod comes back with the plugin's toleration of `resource`; ConfigError
+    (naming admission.engine) when it comes back without it; a warning instead of checking
+    when the cluster cannot be reached or refuses the probe (RBAC, another admission
+    check): a refused dry-run returns no pod to read, so it tells nothing either way.
+    """
+    try:
+        pod = pod_dry_run(kubeconfig, context)(PROBE_NAMESPACE, toleration_probe(resource))
+    except Exception as exc:  # any failure to reach, or a refusal: skip, say so
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        toleration = " ".join(added_toleration(resource).values())
+        return (
+            f"{PROJECT}:admission.engine {engine} was not checked against the cluster: a "
+            f"dry-run create of a pod asking for {resource} (POST /api/v1/namespaces/"
+            f"{PROBE_NAMESPACE}/pods?dryRun=All, which needs pod create there) failed: "
+            f"{reason}. This engine adds no toleration: unless the API servers run "
+            f"{EXTENDED_RESOURCE_TOLERATION} (--enable-admission-plugins), GPU pods asking for "
+            f"{resource} never tolerate the pool's taint {taint['key']}="
+            f"{taint.get('value', '')}:{taint['effect']} and stay Pending. Check that `kubectl "
+            f"create --dry-run=server -o yaml` of such a pod comes back with the toleration "
+            f"{toleration}"
+        )
+    spec = pod.get("spec") or {}
+    problem = server_toleration_problem(
+        engine=engine,
+        kubernetes_version=kubernetes_version,
+        taint=taint,
+        resource=resource,
+        tolerations=[t for t in spec.get("tolerations") or [] if isinstance(t, Mapping)],
+    )
+    if problem is not None:
+        raise ConfigError([problem])
+    return None
+
+
+def _forced(metadata: Any, marks: Mapping[str, Any] | None = None) -> Any:
+    """`metadata` (a dict or ObjectMetaArgs) with the patchForce annotation added, and the
+    annotations of `marks` (the stack's mark)."""
+    added = {**(marks or {}), PATCH_FORCE: "true"}
     if isinstance(metadata, pulumi.Output):
-        return metadata.apply(_forced)
+        return metadata.apply(lambda m: _forced(m, marks))
     if metadata is None:
-        return {"annotations": {PATCH_FORCE: "true"}}
+        return {"annotations": added}
     if isinstance(metadata, dict):
         annotations = metadata.get("annotations") or {}
-        return {**metadata, "annotations": {**annotations, PATCH_FORCE: "true"}}
+        return {**metadata, "annotations": {**annotations, **added}}
     forced = copy.copy(metadata)
-    forced.annotations = {**(metadata.annotations or {}), PATCH_FORCE: "true"}
+    forced.annotations = {**(metadata.annotations or {}), **added}
     return forced
 
 
@@ -233,7 +373,8 @@ def stack_transformation(
     claim: pulumi.Resource, ownership: Ownership, sections: Mapping[str, LayerSection]
 ) -> Callable[[pulumi.ResourceTransformationArgs], pulumi.ResourceTransformationResult | None]:
     """A stack transformation for every Kubernetes object but `claim`: each is declared to
-    `ownership` (checked on the cluster before anything is applied), and applied with force
+    `ownership` (checked on the cluster before anything is applied), marked as the stack's
+    (STACK_MARK: its id, an annotation, or a Helm release's value) and applied with force
     (Helm releases own no metadata)."""
 
     def transform(
@@ -248,8 +389,10 @@ def stack_transformation(
             namespace_key = section.namespace_key if ref.is_namespace else None
             ownership.declare(ref, namespace_key or section.key)
         if kind == HELM_RELEASE:
-            return None
-        props = {**args.props, "metadata": _forced(args.props.get("metadata"))}
+            values = marked_values(args.props.get("values"), ownership.stack_id)
+            return pulumi.ResourceTransformationResult({**args.props, "values": values}, args.opts)
+        marks = {STACK_MARK: ownership.stack_id}
+        props = {**args.props, "metadata": _forced(args.props.get("metadata"), marks)}
         return pulumi.ResourceTransformationResult(props, args.opts)
 
     return transform

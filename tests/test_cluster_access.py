@@ -1,5 +1,6 @@
 """The version skew check against a fake /version server (a real HTTP server on loopback that
-answers only GET /version, which is all the check reads)."""
+answers only GET /version, which is all the check reads); the annotations every object of the
+stack is applied with (the whole program's: tests/test_ownership.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ import pytest
 import yaml
 
 from components.cluster_access import (
+    PATCH_FORCE,
+    _forced,
     check_version_skew,
     scheduler_skew_problem,
     scheduler_skew_warning,
 )
+from components.ownership import STACK_MARK
 from stack_config import ConfigError
 from tests.conftest import Recording, run_program
 
@@ -145,3 +149,30 @@ def test_cluster_access_program_refuses_a_newer_scheduler_before_declaring_anyth
             "dev", {"kubeconfig": str(kubeconfig), "kubernetesVersion": "v1.38.0"}, recording
         )
     assert recording.resources == []
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        (None, {"annotations": {STACK_MARK: "id-1", PATCH_FORCE: "true"}}),
+        (
+            {"name": "x", "annotations": {"team": "a", STACK_MARK: "forged"}},
+            {"name": "x", "annotations": {"team": "a", STACK_MARK: "id-1", PATCH_FORCE: "true"}},
+        ),
+    ],
+    ids=["none", "dict"],
+)
+def test_cluster_access_every_object_is_forced_and_marked_as_the_stacks(
+    metadata: dict[str, object] | None, expected: dict[str, object]
+) -> None:
+    """patchForce and the stack's mark, over whatever the layer set (a mark included)."""
+    assert _forced(metadata, {STACK_MARK: "id-1"}) == expected
+
+
+def test_cluster_access_object_meta_args_are_forced_and_marked_too() -> None:
+    import pulumi_kubernetes as k8s
+
+    meta = k8s.meta.v1.ObjectMetaArgs(name="x", annotations={"team": "a"})
+    forced = _forced(meta, {STACK_MARK: "id-1"})
+    assert forced.annotations == {"team": "a", STACK_MARK: "id-1", PATCH_FORCE: "true"}
+    assert meta.annotations == {"team": "a"}  # the layer's own metadata is left as it was

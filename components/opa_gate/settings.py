@@ -14,7 +14,11 @@ evaluation errors.
 Two rules need other sections of the stack config, so they are pure functions here that
 stack_config.py calls with those values: a GPU Operator named as installed outside the stack
 while the stack installs one (operator_conflict_problem), and a gate under which some GPU pods
-never tolerate the GPU pool's taint (pool_toleration_problem).
+never tolerate the GPU pool's taint (pool_toleration_problem). What only the cluster knows,
+whether its API server adds that toleration itself (ExtendedResourceToleration), stays out of
+them: server_toleration_resource() names the question, the preview asks it
+(components/cluster_access.py, check_pool_toleration) and server_toleration_problem() judges
+the answer.
 """
 
 from __future__ import annotations
@@ -73,8 +77,11 @@ class OpaGateSettings(Settings):
     spec.schedulerName unset are routed to the binpack scheduler and given the pool's
     toleration; only what cannot be routed is refused), `validating-admission-policy`
     (native, refuses GPU pods off the binpack scheduler) or `opa` (webhook, refuses them
-    too). Pods that tolerate the pool's taint (not DaemonSet pods) are kept on the binpack
-    scheduler like GPU pods by every engine. The native engines need no server."""
+    too); these two add no toleration, so with a NoSchedule pool the API server must run
+    ExtendedResourceToleration (the stack's controlPlane.admissionPlugins, or the cluster's
+    own: the preview asks it). Pods that tolerate the pool's taint (not DaemonSet pods) are
+    kept on the binpack scheduler like GPU pods by every engine. The native engines need no
+    server."""
     failure_policy: Annotated[FailurePolicy, choice(FAILURE_POLICIES)] = "Fail"
     """Fail: a GPU pod (or a pod that tolerates the pool's taint) is refused while the gate
     cannot answer. Ignore: it is admitted."""
@@ -225,6 +232,20 @@ def untolerated_pool_resources(
     )
 
 
+def _ways_out(kubernetes_version: str, plugin: str, pool: str) -> str:
+    """The `allowed:` part of a refusal for stranded GPU pods: the routing engine, the
+    API server's plugin (`plugin`: where it is turned on) with `pool`, or a taint that strands
+    nothing."""
+    minor = (major_minor(kubernetes_version) or (0, 0))[1]
+    routing = f"{ROUTING_ENGINE} (it adds the pool's toleration to every GPU pod)"
+    if minor < ROUTING_MIN_MINOR:
+        routing += (
+            f" once kubernetesVersion is v1.{ROUTING_MIN_MINOR} or newer (it is "
+            f"{kubernetes_version})"
+        )
+    return f"allowed: {routing}; or {plugin} and {pool}; or gpuPool.taint.effect PreferNoSchedule"
+
+
 def pool_toleration_problem(
     *,
     engine: str,
@@ -239,14 +260,18 @@ def pool_toleration_problem(
 
     `admission_plugins`: those controlPlane enables (empty when controlPlane is off);
     `taint`: gpuPool.taint {key, value, effect}; `names`, `prefixes`: pool_resources().
-    None when every such pod tolerates the taint (untolerated_pool_resources()).
+
+    Pure, so it refuses only what no API server could mend: the pods left untolerated even
+    with ExtendedResourceToleration on. Whether the cluster's API server runs that plugin
+    when the stack does not enable it is the live question of server_toleration_resource(),
+    asked at preview. None when every such pod tolerates the taint, or may once the cluster
+    is asked.
     """
     key, effect = taint["key"], taint["effect"]
-    plugins = set(admission_plugins)
     names, prefixes = tuple(names), tuple(prefixes)
     stranded = untolerated_pool_resources(
         engine=engine,
-        admission_plugins=plugins,
+        admission_plugins={*admission_plugins, EXTENDED_RESOURCE_TOLERATION},
         taint_key=key,
         taint_effect=effect,
         names=names,
@@ -254,23 +279,6 @@ def pool_toleration_problem(
     )
     if not stranded:
         return None
-    if EXTENDED_RESOURCE_TOLERATION in plugins:
-        why = (
-            f"{EXTENDED_RESOURCE_TOLERATION} tolerates a taint only when its key is the "
-            f"requested resource (gpuPool.taint.key is {key})"
-        )
-    else:
-        why = (
-            f"nor does the API server: {EXTENDED_RESOURCE_TOLERATION} is not among the "
-            "admissionPlugins of an enabled controlPlane"
-        )
-    minor = (major_minor(kubernetes_version) or (0, 0))[1]
-    routing = f"{ROUTING_ENGINE} (it adds the pool's toleration to every GPU pod)"
-    if minor < ROUTING_MIN_MINOR:
-        routing += (
-            f" once kubernetesVersion is v1.{ROUTING_MIN_MINOR} or newer (it is "
-            f"{kubernetes_version})"
-        )
     only = names[0] if len(names) == 1 and not prefixes else None
     pool = (
         f"gpuPool.taint.key {only}"
@@ -279,11 +287,105 @@ def pool_toleration_problem(
         "mixed, no gpuOperator.devicePlugin.timeSlicing.renameByDefault, no extendedResources "
         "on pool nodes unless admission.gateExtendedResources is false)"
     )
+    if EXTENDED_RESOURCE_TOLERATION in admission_plugins:
+        why = f"{EXTENDED_RESOURCE_TOLERATION} tolerates"
+        plugin = f"controlPlane.admissionPlugins with {EXTENDED_RESOURCE_TOLERATION}"
+    else:
+        why = (
+            f"nor would the API server: {EXTENDED_RESOURCE_TOLERATION} (which the cluster may "
+            "run without this stack enabling it) tolerates"
+        )
+        plugin = (
+            f"{EXTENDED_RESOURCE_TOLERATION} on the API servers (controlPlane.admissionPlugins, "
+            "or the cluster's own)"
+        )
     return Problem(
         f"{SECTION}.engine",
         engine,
         f"GPU pods asking only for {', '.join(stranded)} would never tolerate the GPU pool's "
         f"taint {key}={taint.get('value', '')}:{effect} and stay Pending: this engine adds no "
-        f"toleration, {why}; allowed: {routing}; or controlPlane.admissionPlugins with "
-        f"{EXTENDED_RESOURCE_TOLERATION} and {pool}; or gpuPool.taint.effect PreferNoSchedule",
+        f"toleration, {why} a taint only when its key is the requested resource "
+        f"(gpuPool.taint.key is {key}); {_ways_out(kubernetes_version, plugin, pool)}",
+    )
+
+
+# --------------------------------------------------------------------------- asked at preview
+
+
+def server_toleration_resource(
+    *,
+    engine: str,
+    admission_plugins: Collection[str],
+    taint: Mapping[str, str],
+    names: Iterable[str],
+    prefixes: Iterable[str],
+) -> str | None:
+    """The GPU resource whose pods tolerate the pool's taint only if the cluster's API server
+    runs ExtendedResourceToleration, which the stack does not enable (`admission_plugins`, as
+    for pool_toleration_problem()): the cluster is asked at preview with a dry-run pod asking
+    for it (components/cluster_access.py, check_pool_toleration), and
+    server_toleration_problem() judges the answer. None when the config decides alone: the
+    routing engine, a taint that strands nothing, the stack's own plugin, or a pool the plugin
+    could not cover anyway (pool_toleration_problem() refuses it)."""
+    key, effect = taint["key"], taint["effect"]
+    names, prefixes = tuple(names), tuple(prefixes)
+
+    def stranded(plugins: Collection[str]) -> tuple[str, ...]:
+        return untolerated_pool_resources(
+            engine=engine,
+            admission_plugins=plugins,
+            taint_key=key,
+            taint_effect=effect,
+            names=names,
+            prefixes=prefixes,
+        )
+
+    if stranded({*admission_plugins, EXTENDED_RESOURCE_TOLERATION}):
+        return None
+    left = stranded(admission_plugins)
+    # Covered by the plugin alone: the pool's one resource, named like the taint's key.
+    return left[0] if left == (key,) else None
+
+
+def added_toleration(resource: str) -> dict[str, str]:
+    """The toleration ExtendedResourceToleration adds to a pod requesting `resource`."""
+    return {"key": resource, "operator": "Exists", "effect": BLOCKING_EFFECT}
+
+
+def server_toleration_problem(
+    *,
+    engine: str,
+    kubernetes_version: str,
+    taint: Mapping[str, str],
+    resource: str,
+    tolerations: Iterable[Mapping[str, object]],
+) -> Problem | None:
+    """The cluster's answer to the question of server_toleration_resource(): `tolerations`
+    are those a pod asking for `resource` alone, created without any, was admitted with (a
+    dry-run). None when ExtendedResourceToleration added its toleration of `resource` (which
+    covers the taint: its key is `resource`, its effect NoSchedule); otherwise GPU pods
+    asking for `resource` would stay Pending, and the engine is refused.
+
+    Only the plugin's own toleration counts, not any other that tolerates the taint: a
+    toleration some other mutation added in the probe's namespace (a routing gate from an
+    earlier config, say) says nothing about the pods of other namespaces.
+    """
+    wanted = added_toleration(resource)
+    if any({k: t.get(k) for k in wanted} == wanted and not t.get("value") for t in tolerations):
+        return None
+    key, effect = taint["key"], taint["effect"]
+    pool = f"gpuPool.taint.key {resource}"
+    plugin = (
+        f"{EXTENDED_RESOURCE_TOLERATION} on the API servers (their --enable-admission-plugins, "
+        f"or controlPlane.enabled with controlPlane.admissionPlugins {EXTENDED_RESOURCE_TOLERATION})"
+    )
+    return Problem(
+        f"{SECTION}.engine",
+        engine,
+        f"GPU pods asking only for {resource} would never tolerate the GPU pool's taint "
+        f"{key}={taint.get('value', '')}:{effect} and stay Pending: this engine adds no "
+        "toleration, nor does the cluster's API server: a pod asking for it, created with "
+        f"dryRun=All, came back without the toleration {resource} Exists {BLOCKING_EFFECT} "
+        f"that {EXTENDED_RESOURCE_TOLERATION} adds (the plugin is off); "
+        f"{_ways_out(kubernetes_version, plugin, pool)}",
     )

@@ -1,9 +1,13 @@
-"""A cluster other teams use: the stack never takes over, nor deletes, what it did not create,
-and it notices when its claim on the cluster is gone (the real engine and provider on a local
-cluster, as a user meets them)."""
+"""A cluster other teams use: the stack never takes over, nor deletes, what it did not create
+(not even an object its claim lists from an `up` that failed before creating it), and it
+notices when its claim on the cluster is gone (the real engine and provider on a local cluster,
+as a user meets them)."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -151,3 +155,170 @@ def test_a_deleted_claim_stops_both_stacks_until_its_owner_takes_it_back(
         first.destroy()
         assert first.node_state() == first.nodes_before
         assert _claim(first) is None
+
+
+@contextmanager
+def _namespace_refused(applied: AppliedStack, name: str) -> Iterator[None]:
+    """While inside: the API server refuses to create namespace `name` (a
+    ValidatingAdmissionPolicy), so an `up` fails there, with the claim written and some of
+    the stack's objects created."""
+    api: Any = client.AdmissionregistrationV1Api(applied.api_client())
+    policy = "e2e-no-namespace-yet"
+    api.create_validating_admission_policy(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": policy},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["namespaces"],
+                        }
+                    ]
+                },
+                "validations": [
+                    {"expression": f"object.metadata.name != '{name}'", "message": "not yet"}
+                ],
+            },
+        }
+    )
+    api.create_validating_admission_policy_binding(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": policy},
+            "spec": {"policyName": policy, "validationActions": ["Deny"]},
+        }
+    )
+    _wait_until_creatable(applied, name, False)
+    try:
+        yield
+    finally:
+        api.delete_validating_admission_policy_binding(policy)
+        api.delete_validating_admission_policy(policy)
+        _wait_until_creatable(applied, name, True)
+
+
+def _wait_until_creatable(applied: AppliedStack, name: str, creatable: bool) -> None:
+    """Until a dry-run create of namespace `name` is admitted (or refused)."""
+    core = _core(applied)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            core.create_namespace(
+                client.V1Namespace(metadata=client.V1ObjectMeta(name=name)), dry_run="All"
+            )
+            admitted = True
+        except client.exceptions.ApiException:
+            admitted = False
+        if admitted == creatable:
+            return
+        assert time.monotonic() < deadline, f"namespace {name}: creatable is not {creatable}"
+        time.sleep(0.2)
+
+
+def test_an_object_made_after_a_failed_up_is_refused_not_taken_over(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The first `up` fails on the `monitoring` namespace, after writing the claim (which
+    lists it) and creating other objects; another team then makes that namespace. The next
+    `up` refuses it (the claim lists it, but the stack never created it) and applies nothing
+    over it; with monitoring.createNamespace false the stack goes on, finishing the failed
+    `up` (what it did create is its own), and destroy leaves the team's namespace and data."""
+    require_e2e_tools()
+    with AppliedStack(STACK, tmp_path_factory.mktemp("e2e-failed-up")) as applied:
+        monitoring = dict(stack_config(STACK, applied.overrides)["monitoring"])
+        namespace = monitoring.get("namespace", "monitoring")
+        with _namespace_refused(applied, namespace), pytest.raises(StackError) as failed:
+            applied.up()
+        assert "not yet" in str(failed.value)
+        claim = _claim(applied)
+        assert claim is not None
+        assert f'"name": "{namespace}"' in claim.data[CLAIM_OBJECTS_KEY]
+        created = applied.kubernetes_objects()
+        assert created, "the failed up created nothing of the stack's"
+
+        _another_teams_namespace(applied, namespace)
+        with pytest.raises(StackError) as refused:
+            applied.up()
+        message = str(refused.value)
+        assert (
+            f"{PROJECT}:monitoring.namespace: got '{namespace}'; Namespace {namespace} already "
+            "exists and this stack did not create it (the claim lists it because an earlier "
+            "`up` declared it, but that `up` did not create it"
+        ) in message
+        assert "(1 problem(s))" in message, message  # not what the failed up made
+        assert _team_data(applied, namespace) == {"owner": "another team"}
+        assert _core(applied).read_namespace(namespace).metadata.annotations is None
+
+        applied.set_config({"monitoring": {**monitoring, "createNamespace": False}})
+        applied.up()
+        assert _resources_only(applied.up()) == []
+        assert all(applied.exists(o) for o in created)
+        assert f'"name": "{namespace}"' not in _claim(applied).data[CLAIM_OBJECTS_KEY]
+        assert _team_data(applied, namespace) == {"owner": "another team"}
+
+        applied.destroy()
+        assert _team_data(applied, namespace) == {"owner": "another team"}
+        assert applied.node_state() == applied.nodes_before
+        assert _claim(applied) is None
+
+
+def test_a_release_helm_keeps_in_configmaps_is_found_and_never_taken_over(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The provider keeps the Helm releases as ConfigMaps (PULUMI_K8S_HELM_DRIVER=configmap,
+    as HELM_DRIVER=configmap does for the helm CLI): the stack's second `up` finds them as its
+    own (its mark in their values) and changes nothing. With the claim deleted, a second
+    stack's `up` is refused naming each release and the ConfigMap Helm keeps it in, and
+    applies nothing; the first takes its claim back and destroys as before."""
+    require_e2e_tools()
+    monkeypatch.setenv("PULUMI_K8S_HELM_DRIVER", "configmap")
+    with AppliedStack(STACK, tmp_path_factory.mktemp("e2e-helm-configmaps")) as first:
+        first.up()
+        core = _core(first)
+        operator = first.outputs["gpuOperatorNamespace"]
+        stored = core.list_namespaced_config_map(
+            operator, label_selector="owner=helm,name=gpu-operator"
+        ).items
+        assert [s.metadata.name for s in stored] == ["sh.helm.release.v1.gpu-operator.v1"]
+        assert core.list_namespaced_secret(operator, label_selector="owner=helm").items == []
+        assert _resources_only(first.up()) == []
+        objects = [
+            o
+            for o in first.kubernetes_objects()
+            if (o["kind"], o["namespace"], o["name"]) != ("ConfigMap", CLAIM_NAMESPACE, PROJECT)
+        ]
+        core.delete_namespaced_config_map(PROJECT, CLAIM_NAMESPACE)
+
+        second = AppliedStack(
+            STACK, tmp_path_factory.mktemp("e2e-helm-second"), cluster=first.cluster, name="second"
+        )
+        with second:
+            with pytest.raises(StackError) as refused:
+                second.up()
+            message = str(refused.value)
+            assert (
+                f"a Helm release gpu-operator already exists in namespace {operator}, stored as "
+                f"ConfigMap {operator}/sh.helm.release.v1.gpu-operator.v1, and this stack did not "
+                "install it"
+            ) in message
+            assert "HELM_DRIVER=configmap helm uninstall gpu-operator" in message
+            assert "a Helm release kube-prometheus-stack already exists" in message
+            assert "is gone" not in message  # the second stack never claimed the cluster
+            assert second.kubernetes_objects() == []
+            second.destroy()
+        assert all(first.exists(o) for o in objects)
+
+        first.set_config({"retakeClaim": True})
+        first.up(refresh=True)
+        first.set_config()
+        assert _resources_only(first.up()) == []
+        first.destroy()
+        assert core.list_namespaced_config_map(operator, label_selector="owner=helm").items == []
+        assert first.node_state() == first.nodes_before

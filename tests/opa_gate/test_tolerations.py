@@ -1,5 +1,8 @@
 """Every GPU pod the gate keeps on the binpack scheduler tolerates the GPU pool's taint, or the
-config is refused at load (components/opa_gate/settings.py, pool_toleration_problem()).
+config is refused at load (components/opa_gate/settings.py, pool_toleration_problem()), or,
+where only the cluster's API server can tell (ExtendedResourceToleration on it, not enabled by
+the stack), the question is left to the preview (server_toleration_resource()) and its answer
+judged by server_toleration_problem().
 
 The matrix: engine x Kubernetes minor x the admission plugins controlPlane enables x the taint
 (key, effect) x the kinds of GPU resource the pool advertises (whole GPUs, MIG profiles under
@@ -20,12 +23,15 @@ from components.gpu_resources import GpuResources
 from components.opa_gate.settings import (
     ADMISSION_ENGINES,
     ROUTING_ENGINE,
+    added_toleration,
     pool_resources,
     pool_toleration_problem,
+    server_toleration_problem,
+    server_toleration_resource,
     untolerated_pool_resources,
 )
 from components.settings import Problem
-from stack_config import decode_raw_config, parse_stack_config
+from stack_config import decode_raw_config, parse_stack_config, server_toleration_of
 from tests.conftest import stack_config
 from tests.opa_gate.gate_config import load_sections, pool_toleration_of
 
@@ -137,6 +143,19 @@ def _problem(
     )
 
 
+def _asked(
+    engine: str, plugins: list[str], kind: str, *, key: str = GPU, effect: str = "NoSchedule"
+) -> str | None:
+    names, prefixes = KINDS[kind]
+    return server_toleration_resource(
+        engine=engine,
+        admission_plugins=plugins,
+        taint={"key": key, "value": "present", "effect": effect},
+        names=names,
+        prefixes=prefixes,
+    )
+
+
 @pytest.mark.parametrize(
     ("engine", "version", "ert", "key", "effect", "kind"),
     list(
@@ -150,30 +169,55 @@ def _problem(
         )
     ),
 )
-def test_gate_tolerations_every_cell_is_tolerated_or_refused(
+def test_gate_tolerations_every_cell_is_tolerated_refused_or_asked_of_the_cluster(
     engine: str, version: str, ert: bool, key: str, effect: str, kind: str
 ) -> None:
-    found = _problem(engine, version, [ERT] if ert else [], kind, key=key, effect=effect)
+    plugins = [ERT] if ert else []
+    found = _problem(engine, version, plugins, kind, key=key, effect=effect)
+    asked = _asked(engine, plugins, kind, key=key, effect=effect)
     stranded = _stranded(engine, ert, key, effect, kind)
-    assert (found is None) == (stranded == ())
+    # What no API server mends (stranded even with the plugin on) is refused at load...
+    always = _stranded(engine, True, key, effect, kind)
+    assert (found is None) == (always == ())
     if found is not None:
         assert (found.key, found.value) == ("admission.engine", engine)
-        assert f"GPU pods asking only for {', '.join(stranded)} would never tolerate" in (
+        assert f"GPU pods asking only for {', '.join(always)} would never tolerate" in (
             found.allowed
         )
+    # ...what the cluster's own plugin would mend is asked of it at preview: one cell per
+    # refusing engine, whole GPUs under a taint keyed nvidia.com/gpu without the stack's plugin.
+    assert (asked is not None) == (stranded != () and always == ())
+    assert (asked is not None) == (
+        engine != ROUTING_ENGINE and not ert and (key, effect, kind) == (GPU, "NoSchedule", "whole")
+    )
+    if asked is not None:
+        assert asked == GPU
+
+
+def test_gate_tolerations_whole_gpus_without_the_stacks_plugin_are_asked_not_refused() -> None:
+    # The API server may run ExtendedResourceToleration without the stack enabling it: the
+    # config alone cannot refuse, the preview asks the cluster about nvidia.com/gpu.
+    for engine in REFUSING:
+        for version in ("v1.35.4", "v1.36.3", "v1.37.2"):
+            assert _problem(engine, version, [], "whole") is None
+        assert _asked(engine, [], "whole") == GPU
+        assert _asked(engine, [ERT], "whole") is None
 
 
 def test_gate_tolerations_message_without_the_admission_plugin() -> None:
-    found = _problem("validating-admission-policy", "v1.37.2", [], "whole")
+    # Refused whatever the cluster runs: the plugin's toleration is keyed nvidia.com/gpu.
+    found = _problem("validating-admission-policy", "v1.37.2", [], "whole", key=POOL_KEY)
     assert str(found) == (
         "gpu-cluster:admission.engine: got 'validating-admission-policy'; GPU pods asking only "
         "for nvidia.com/gpu would never tolerate the GPU pool's taint "
-        "nvidia.com/gpu=present:NoSchedule and stay Pending: this engine adds no toleration, "
-        "nor does the API server: ExtendedResourceToleration is not among the admissionPlugins "
-        "of an enabled controlPlane; allowed: mutating-admission-policy (it adds the pool's "
-        "toleration to every GPU pod); or controlPlane.admissionPlugins with "
-        "ExtendedResourceToleration and gpuPool.taint.key nvidia.com/gpu; or "
-        "gpuPool.taint.effect PreferNoSchedule"
+        "gpu-cluster.io/pool=present:NoSchedule and stay Pending: this engine adds no "
+        "toleration, nor would the API server: ExtendedResourceToleration (which the cluster "
+        "may run without this stack enabling it) tolerates a taint only when its key is the "
+        "requested resource (gpuPool.taint.key is gpu-cluster.io/pool); allowed: "
+        "mutating-admission-policy (it adds the pool's toleration to every GPU pod); or "
+        "ExtendedResourceToleration on the API servers (controlPlane.admissionPlugins, or the "
+        "cluster's own) and gpuPool.taint.key nvidia.com/gpu; or gpuPool.taint.effect "
+        "PreferNoSchedule"
     )
 
 
@@ -278,15 +322,124 @@ def test_gate_tolerations_default_config_passes() -> None:
     assert pool_toleration_of(parse_stack_config({})) is None
 
 
-def test_gate_tolerations_refusing_engine_without_the_admission_plugin_is_refused() -> None:
-    found = _load(admission={"engine": "validating-admission-policy"})
-    assert found is not None and "asking only for nvidia.com/gpu would" in found.allowed
+def test_gate_tolerations_refusing_engine_without_the_admission_plugin_asks_the_cluster() -> None:
+    config = load_sections(
+        {"nodes": NODES, "gpuPool": {"nodes": ["gpu-1"]}, "admission": {"engine": "opa"}}
+    )
+    assert pool_toleration_of(config) is None
+    assert server_toleration_of(config) == GPU
 
 
 def test_gate_tolerations_a_disabled_control_planes_plugin_does_not_count() -> None:
-    control_plane = {**CONTROL_PLANE, "enabled": False}
-    found = _load(admission={"engine": "opa"}, controlPlane=control_plane)
-    assert found is not None and "nor does the API server" in found.allowed
+    base = {"nodes": NODES, "gpuPool": {"nodes": ["gpu-1"]}, "admission": {"engine": "opa"}}
+    off = load_sections({**base, "controlPlane": {**CONTROL_PLANE, "enabled": False}})
+    assert server_toleration_of(off) == GPU
+    on = load_sections({**base, "controlPlane": CONTROL_PLANE})
+    assert server_toleration_of(on) is None
+
+
+# The refusing engines load on every tested version with the default pool (taint
+# nvidia.com/gpu, whole GPUs) and no controlPlane: the toleration is left to the preview (the
+# version rule is the routing engine's alone: MutatingAdmissionPolicy is GA from v1.36).
+@pytest.mark.parametrize(
+    ("version", "engine"),
+    [
+        ("v1.35.4", "validating-admission-policy"),
+        ("v1.35.4", "opa"),
+        ("v1.36.3", "opa"),
+        ("v1.36.3", "validating-admission-policy"),
+        ("v1.37.2", "opa"),
+        ("v1.37.2", "validating-admission-policy"),
+    ],
+)
+def test_gate_tolerations_every_engine_its_version_allows_loads(version: str, engine: str) -> None:
+    config = parse_stack_config(
+        {
+            "kubernetesVersion": version,
+            "nodes": NODES,
+            "gpuPool": {"nodes": ["gpu-1", "gpu-2"]},
+            "admission": {"engine": engine},
+        }
+    )
+    assert config.admission.engine == engine
+    assert server_toleration_of(config) == GPU
+
+
+# ------------------------------------------------------------------ the cluster's answer
+#
+# The tolerations a pod asking for nvidia.com/gpu alone, created without any, came back with
+# from a dry-run (components/cluster_access.py, check_pool_toleration).
+
+TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
+# What DefaultTolerationSeconds gives every pod.
+DEFAULT_TOLERATIONS = [
+    {
+        "key": f"node.kubernetes.io/{condition}",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    }
+    for condition in ("not-ready", "unreachable")
+]
+
+
+def _answer(engine: str, tolerations: list[dict[str, Any]]) -> Problem | None:
+    return server_toleration_problem(
+        engine=engine,
+        kubernetes_version="v1.35.4",
+        taint=TAINT,
+        resource=GPU,
+        tolerations=tolerations,
+    )
+
+
+def test_gate_tolerations_the_plugins_toleration_is_what_it_adds() -> None:
+    assert added_toleration(GPU) == {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize("engine", REFUSING)
+def test_gate_tolerations_the_clusters_plugin_passes(engine: str) -> None:
+    assert _answer(engine, [*DEFAULT_TOLERATIONS, added_toleration(GPU)]) is None
+
+
+@pytest.mark.parametrize(
+    "tolerations",
+    [
+        pytest.param([], id="none"),
+        pytest.param(DEFAULT_TOLERATIONS, id="default-toleration-seconds"),
+        # Another resource's, or another mutation's toleration of the taint (a routing gate of
+        # an earlier config): not the plugin's, so it says nothing of other namespaces' pods.
+        pytest.param([added_toleration(DONGLE)], id="another-resource"),
+        pytest.param(
+            [{"key": GPU, "operator": "Equal", "value": "present", "effect": "NoSchedule"}],
+            id="routing-gate",
+        ),
+        pytest.param([{"operator": "Exists"}], id="every-taint"),
+    ],
+)
+def test_gate_tolerations_no_plugin_toleration_is_refused(
+    tolerations: list[dict[str, Any]],
+) -> None:
+    found = _answer("opa", tolerations)
+    assert found is not None
+    assert (found.key, found.value) == ("admission.engine", "opa")
+
+
+def test_gate_tolerations_message_when_the_cluster_adds_none() -> None:
+    found = _answer("validating-admission-policy", DEFAULT_TOLERATIONS)
+    assert str(found) == (
+        "gpu-cluster:admission.engine: got 'validating-admission-policy'; GPU pods asking only "
+        "for nvidia.com/gpu would never tolerate the GPU pool's taint "
+        "nvidia.com/gpu=present:NoSchedule and stay Pending: this engine adds no toleration, "
+        "nor does the cluster's API server: a pod asking for it, created with dryRun=All, came "
+        "back without the toleration nvidia.com/gpu Exists NoSchedule that "
+        "ExtendedResourceToleration adds (the plugin is off); allowed: "
+        "mutating-admission-policy (it adds the pool's toleration to every GPU pod) once "
+        "kubernetesVersion is v1.36 or newer (it is v1.35.4); or ExtendedResourceToleration on "
+        "the API servers (their --enable-admission-plugins, or controlPlane.enabled with "
+        "controlPlane.admissionPlugins ExtendedResourceToleration) and gpuPool.taint.key "
+        "nvidia.com/gpu; or gpuPool.taint.effect PreferNoSchedule"
+    )
 
 
 def test_gate_tolerations_refusing_engine_with_the_admission_plugin_passes_whole_gpus() -> None:
