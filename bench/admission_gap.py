@@ -42,23 +42,7 @@ from typing import Any
 from bench import ADMISSION_GAP, write_rows
 from components.gpu_operator.settings import DRA_DEVICE_CLASSES, DRA_DRIVER, GPU_DEVICE_CLASS
 from components.kubernetes_names import service_account_user
-from components.opa_gate.manifests import (
-    ALLOCATION_POLICY,
-    CLAIM_KINDS,
-    admission_policy_binding_spec,
-    admission_policy_spec,
-    allocation_binding_spec,
-    allocation_policy_spec,
-    claim_binding_spec,
-    claim_policy_name,
-    claim_policy_spec,
-    claim_routing_binding_spec,
-    claim_routing_policy_spec,
-    gate_data,
-    routing_binding_spec,
-    routing_policy_spec,
-)
-from components.opa_gate.settings import GATE_NAME
+from components.opa_gate.manifests import allocation_objects, gate_data, native_objects
 from tools.harness import LocalControlPlane
 from tools.harness.child_process import no_proxy_opener
 
@@ -128,61 +112,14 @@ def _objects(variant: str) -> list[Obj]:
         pool_toleration=TOLERATION,
         device_classes=DRA_DEVICE_CLASSES if dra else (),
     )
-    ns = GATE_NAMESPACE
-    objects: list[Obj] = [
-        (
-            "validatingadmissionpolicies",
-            GATE_NAME,
-            admission_policy_spec(params, gate_namespace=ns),
-        ),
-        (
-            "validatingadmissionpolicybindings",
-            GATE_NAME,
-            admission_policy_binding_spec(gate_namespace=ns),
-        ),
-        ("mutatingadmissionpolicies", GATE_NAME, routing_policy_spec(params, gate_namespace=ns)),
-        ("mutatingadmissionpolicybindings", GATE_NAME, routing_binding_spec(gate_namespace=ns)),
-    ]
-    if not dra:
-        return objects
-    for kind in CLAIM_KINDS:
-        name = claim_policy_name(kind)
-        objects += [
-            (
-                "validatingadmissionpolicies",
-                name,
-                claim_policy_spec(kind, params, gate_namespace=ns),
-            ),
-            (
-                "validatingadmissionpolicybindings",
-                name,
-                claim_binding_spec(name, gate_namespace=ns),
-            ),
-            (
-                "mutatingadmissionpolicies",
-                name,
-                claim_routing_policy_spec(kind, params, gate_namespace=ns),
-            ),
-            (
-                "mutatingadmissionpolicybindings",
-                name,
-                claim_routing_binding_spec(name, gate_namespace=ns),
-            ),
-        ]
-    allocation = allocation_policy_spec(
-        allocator=service_account_user("kube-system", SCHEDULER),
-        scheduler_name=SCHEDULER,
-        drivers=[DRA_DRIVER],
-        gate_namespace=ns,
-    )
-    objects += [
-        ("validatingadmissionpolicies", ALLOCATION_POLICY, allocation),
-        (
-            "validatingadmissionpolicybindings",
-            ALLOCATION_POLICY,
-            allocation_binding_spec(gate_namespace=ns),
-        ),
-    ]
+    objects = native_objects(params, routing=True, gate_namespace=GATE_NAMESPACE)
+    if dra:
+        objects += allocation_objects(
+            allocator=service_account_user("kube-system", SCHEDULER),
+            scheduler_name=SCHEDULER,
+            drivers=[DRA_DRIVER],
+            gate_namespace=GATE_NAMESPACE,
+        )
     return objects
 
 

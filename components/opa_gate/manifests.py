@@ -505,6 +505,107 @@ def allocation_binding_spec(
     }
 
 
+# --------------------------------------------------------------------------- native: all objects
+
+NativeObject = tuple[str, str, dict[str, Any]]
+"""(collection under admissionregistration.k8s.io/v1, name, spec) of one native gate object."""
+
+
+def native_objects(
+    params: Mapping[str, str],
+    *,
+    routing: bool,
+    gate_namespace: str = DEFAULT_GATE_NAMESPACE,
+    failure_policy: FailurePolicy = "Fail",
+) -> list[NativeObject]:
+    """Every object a native engine registers for the parameter document `params` (the
+    routing engine with `routing`), policies before their bindings, from the builders above,
+    as OpaGate declares them; in DRA mode (claims_looked_up()) the claim policies too. The
+    allocation policy, which needs the scheduler's identity, is allocation_objects(). For
+    whatever creates the gate without Pulumi: the live tests and the benchmarks."""
+    ns = gate_namespace
+    objects: list[NativeObject] = [
+        (
+            "validatingadmissionpolicies",
+            GATE_NAME,
+            admission_policy_spec(params, failure_policy, gate_namespace=ns),
+        ),
+        (
+            "validatingadmissionpolicybindings",
+            GATE_NAME,
+            admission_policy_binding_spec(gate_namespace=ns),
+        ),
+    ]
+    if routing:
+        objects += [
+            (
+                "mutatingadmissionpolicies",
+                GATE_NAME,
+                routing_policy_spec(params, failure_policy, gate_namespace=ns),
+            ),
+            ("mutatingadmissionpolicybindings", GATE_NAME, routing_binding_spec(gate_namespace=ns)),
+        ]
+    for kind in CLAIM_KINDS if claims_looked_up(params) else ():
+        name = claim_policy_name(kind)
+        objects += [
+            (
+                "validatingadmissionpolicies",
+                name,
+                claim_policy_spec(kind, params, gate_namespace=ns),
+            ),
+            (
+                "validatingadmissionpolicybindings",
+                name,
+                claim_binding_spec(name, gate_namespace=ns),
+            ),
+        ]
+        if routing:
+            objects += [
+                (
+                    "mutatingadmissionpolicies",
+                    name,
+                    claim_routing_policy_spec(kind, params, gate_namespace=ns),
+                ),
+                (
+                    "mutatingadmissionpolicybindings",
+                    name,
+                    claim_routing_binding_spec(name, gate_namespace=ns),
+                ),
+            ]
+    return objects
+
+
+def allocation_objects(
+    *,
+    allocator: str,
+    scheduler_name: str,
+    drivers: Sequence[str],
+    gate_namespace: str = DEFAULT_GATE_NAMESPACE,
+    operator_namespace: str = "",
+) -> list[NativeObject]:
+    """The allocation policy and its binding (DRA mode), as native_objects() lists objects."""
+    return [
+        (
+            "validatingadmissionpolicies",
+            ALLOCATION_POLICY,
+            allocation_policy_spec(
+                allocator=allocator,
+                scheduler_name=scheduler_name,
+                drivers=drivers,
+                gate_namespace=gate_namespace,
+                operator_namespace=operator_namespace,
+            ),
+        ),
+        (
+            "validatingadmissionpolicybindings",
+            ALLOCATION_POLICY,
+            allocation_binding_spec(
+                gate_namespace=gate_namespace, operator_namespace=operator_namespace
+            ),
+        ),
+    ]
+
+
 # --------------------------------------------------------------------------- engine opa: files
 
 

@@ -25,16 +25,9 @@ from kubernetes.client.exceptions import ApiException
 
 from components.opa_gate.manifests import (
     CLAIM_KINDS,
-    admission_policy_binding_spec,
-    admission_policy_spec,
-    claim_binding_spec,
     claim_policy_name,
-    claim_policy_spec,
-    claim_routing_binding_spec,
-    claim_routing_policy_spec,
     gate_data,
-    routing_binding_spec,
-    routing_policy_spec,
+    native_objects,
 )
 from components.opa_gate.settings import GATE_NAME
 from components.tainted_gpu_pool.settings import Taint
@@ -137,57 +130,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 def _gate_objects(engine: str) -> list[tuple[str, str, dict[str, Any]]]:
     """(collection, name, spec) of every object `engine` registers in DRA mode, policies
     before their bindings, as OpaGate declares them."""
-    params, routing = _params(), engine == ROUTING_ENGINE
-    ns = GATE_NAMESPACE
-    objects = [
-        (
-            "validatingadmissionpolicies",
-            GATE_NAME,
-            admission_policy_spec(params, gate_namespace=ns),
-        ),
-        (
-            "validatingadmissionpolicybindings",
-            GATE_NAME,
-            admission_policy_binding_spec(gate_namespace=ns),
-        ),
-    ]
-    if routing:
-        objects += [
-            (
-                "mutatingadmissionpolicies",
-                GATE_NAME,
-                routing_policy_spec(params, gate_namespace=ns),
-            ),
-            ("mutatingadmissionpolicybindings", GATE_NAME, routing_binding_spec(gate_namespace=ns)),
-        ]
-    for kind in CLAIM_KINDS:
-        name = claim_policy_name(kind)
-        objects += [
-            (
-                "validatingadmissionpolicies",
-                name,
-                claim_policy_spec(kind, params, gate_namespace=ns),
-            ),
-            (
-                "validatingadmissionpolicybindings",
-                name,
-                claim_binding_spec(name, gate_namespace=ns),
-            ),
-        ]
-        if routing:
-            objects += [
-                (
-                    "mutatingadmissionpolicies",
-                    name,
-                    claim_routing_policy_spec(kind, params, gate_namespace=ns),
-                ),
-                (
-                    "mutatingadmissionpolicybindings",
-                    name,
-                    claim_routing_binding_spec(name, gate_namespace=ns),
-                ),
-            ]
-    return objects
+    return native_objects(
+        _params(), routing=engine == ROUTING_ENGINE, gate_namespace=GATE_NAMESPACE
+    )
 
 
 def _create(api_client: Any, pod: Any) -> str | None:

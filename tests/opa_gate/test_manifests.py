@@ -17,6 +17,7 @@ from components.gpu_resources import gated_names, gated_prefixes
 from components.opa_gate.manifests import (
     admission_policy_binding_spec,
     admission_policy_spec,
+    allocation_objects,
     ephemeral_containers_rule,
     excluded_namespaces,
     gate_config_json,
@@ -25,6 +26,7 @@ from components.opa_gate.manifests import (
     inputs_checksum,
     judged_rules,
     namespace_selector,
+    native_objects,
     opa_container,
     opa_deployment_spec,
     opa_disruption_budget,
@@ -532,3 +534,46 @@ def test_opa_gate_manifests_serving_dns_names(
     service: str, namespace: str, names: list[str]
 ) -> None:
     assert serving_dns_names(service, namespace) == names
+
+
+@pytest.mark.parametrize(
+    ("routing", "expected"),
+    [
+        (False, ["validatingadmissionpolicies", "validatingadmissionpolicybindings"]),
+        (
+            True,
+            [
+                "validatingadmissionpolicies",
+                "validatingadmissionpolicybindings",
+                "mutatingadmissionpolicies",
+                "mutatingadmissionpolicybindings",
+            ],
+        ),
+    ],
+)
+def test_opa_gate_manifests_native_objects_list_each_engines_policies_then_bindings(
+    routing: bool, expected: list[str]
+) -> None:
+    objects = native_objects(CONFIG, routing=routing)
+    assert [collection for collection, _, _ in objects] == expected
+    assert {name for _, name, _ in objects} == {"gpu-scheduler-gate"}
+    assert objects[0][2] == admission_policy_spec(CONFIG)
+
+
+def test_opa_gate_manifests_native_objects_add_the_claim_policies_in_dra_mode() -> None:
+    dra = gate_data("s", [], [], device_classes=["gpu.nvidia.com"])
+    names = [(c, n) for c, n, _ in native_objects(dra, routing=True)]
+    for kind in ("resourceclaimtemplates", "resourceclaims"):
+        name = f"gpu-scheduler-gate-{kind}"
+        for collection in (
+            "validatingadmissionpolicies",
+            "validatingadmissionpolicybindings",
+            "mutatingadmissionpolicies",
+            "mutatingadmissionpolicybindings",
+        ):
+            assert (collection, name) in names
+    allocation = allocation_objects(allocator="u", scheduler_name="s", drivers=["gpu.nvidia.com"])
+    assert [(c, n) for c, n, _ in allocation] == [
+        ("validatingadmissionpolicies", "gpu-scheduler-gate-allocations"),
+        ("validatingadmissionpolicybindings", "gpu-scheduler-gate-allocations"),
+    ]
