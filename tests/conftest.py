@@ -64,13 +64,15 @@ class Recording:
         return next(r for r in self.resources if r.urn == urn)
 
     def gate_policy(self) -> Registration:
-        """The native gate's ValidatingAdmissionPolicy (gpu-scheduler-gate)."""
+        """The native gate's ValidatingAdmissionPolicy (GATE_NAME)."""
+        from components.opa_gate.settings import GATE_NAME
+
         (policy,) = [
             r
             for r in self.of_type(
                 "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
             )
-            if r.inputs["metadata"]["name"] == "gpu-scheduler-gate"
+            if r.inputs["metadata"]["name"] == GATE_NAME
         ]
         return policy
 

@@ -27,8 +27,7 @@ from components.gpu_operator.settings import DRA_DRIVER
 from components.kubernetes_names import service_account_user
 from components.opa_gate.manifests import (
     ALLOCATION_POLICY,
-    allocation_binding_spec,
-    allocation_policy_spec,
+    allocation_objects,
 )
 from tests.integration.conftest import require_tools
 from tests.integration.gate_live import wait_for
@@ -222,32 +221,21 @@ def _outcome(cp: LocalControlPlane, row: Row) -> tuple[int, str]:
 def _policy(cp: LocalControlPlane, *, in_force: bool = True) -> Iterator[None]:
     """The allocation policy and its binding, as OpaGate declares them for the stack's
     scheduler; in force when yielded (a cluster scheduler's GPU allocation refused)."""
-    objects = [
-        (
-            "validatingadmissionpolicies",
-            allocation_policy_spec(
-                allocator=STACK_SCHEDULER,
-                scheduler_name=SCHEDULER,
-                drivers=[DRA_DRIVER],
-                gate_namespace=GATE_NAMESPACE,
-                operator_namespace=OPERATOR_NAMESPACE,
-            ),
-        ),
-        (
-            "validatingadmissionpolicybindings",
-            allocation_binding_spec(
-                gate_namespace=GATE_NAMESPACE, operator_namespace=OPERATOR_NAMESPACE
-            ),
-        ),
-    ]
+    objects = allocation_objects(
+        allocator=STACK_SCHEDULER,
+        scheduler_name=SCHEDULER,
+        drivers=[DRA_DRIVER],
+        gate_namespace=GATE_NAMESPACE,
+        operator_namespace=OPERATOR_NAMESPACE,
+    )
     made = []
     probe = Row("probe", CLUSTER_SCHEDULER)
     last: list[tuple[int, str]] = []
     try:
-        for collection, spec in objects:
-            body = {"metadata": {"name": ALLOCATION_POLICY}, "spec": spec}
+        for collection, name, spec in objects:
+            body = {"metadata": {"name": name}, "spec": spec}
             cp.request("POST", f"{API}/{collection}", body)
-            made.append(f"{API}/{collection}/{ALLOCATION_POLICY}")
+            made.append(f"{API}/{collection}/{name}")
         if in_force:
 
             def refused() -> bool:
