@@ -18,21 +18,23 @@ edit`) changed.
 
 Also the one look at the live cluster before anything is declared: the configured
 kubernetesVersion (the binpack scheduler's image tag) against the API server's /version, the
-APIs a setting needs (check_served_api), and whether the API server gives GPU pods the pool's
-toleration itself (check_pool_toleration, a dry-run pod).
+APIs a setting needs (check_served_api), whether the API server gives GPU pods the pool's
+toleration itself (check_pool_toleration, a dry-run pod), and which workloads on the cluster
+the gate would keep off the pool's nodes (check_pool_workloads).
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+import yaml
 
 from components.kubernetes_version import major_minor
 from components.object_meta import NamespaceLabel
@@ -58,6 +60,7 @@ from components.providers.node_api import (
     stack_label,
 )
 from components.settings import PROJECT, ConfigError, Problem
+from components.tolerations import tolerates
 
 CLAIM_NAMESPACE = "kube-system"
 CLAIM_KEY = "managed-by-stack"
@@ -304,6 +307,259 @@ def check_pool_toleration(
     )
     if problem is not None:
         raise ConfigError([problem])
+    return None
+
+
+# The workloads whose controllers create pods from a template, each listed across namespaces:
+# (kind, list path, where the pod template is in the object).
+POOL_WORKLOAD_LISTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("DaemonSet", "/apis/apps/v1/daemonsets", ("spec", "template")),
+    ("Deployment", "/apis/apps/v1/deployments", ("spec", "template")),
+    ("StatefulSet", "/apis/apps/v1/statefulsets", ("spec", "template")),
+    ("CronJob", "/apis/batch/v1/cronjobs", ("spec", "jobTemplate", "spec", "template")),
+)
+# Objects per list request; the rest follow with the list's continue token.
+LIST_PAGE_SIZE = 500
+# How long a preview waits for each page of a list before going on without the check.
+LIST_TIMEOUT_S = 10.0
+# Workloads a refusal names before "and N more".
+SHOWN_WORKLOADS = 10
+PodTemplate = tuple[str, str, str, Mapping[str, Any]]
+"""(kind, namespace, name, the workload's pod template: a PodTemplateSpec, metadata and spec)."""
+TemplateLister = Callable[[str, str | None], Iterable[PodTemplate]]
+"""(kubeconfig content, context) -> every workload's pod template on the cluster."""
+
+
+class ListRefused(Exception):
+    """The API server answered a list with an error (RBAC, an API it does not serve)."""
+
+
+def _list_page(api: Any, path: str, query: list[tuple[str, str]]) -> Mapping[str, Any]:
+    request = api.param_serialize(
+        method="GET",
+        resource_path=path,
+        query_params=query,
+        header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"],
+    )
+    response = api.call_api(*request, _request_timeout=LIST_TIMEOUT_S)
+    body = response.read()
+    try:
+        answer = json.loads(body) if body else {}
+    except ValueError:
+        answer = {}
+    if not 200 <= response.status < 300:
+        message = answer.get("message") if isinstance(answer, Mapping) else None
+        raise ListRefused(f"GET {path}: HTTP {response.status}: {message or response.reason}")
+    return answer if isinstance(answer, Mapping) else {}
+
+
+def _at(obj: Mapping[str, Any], path: Iterable[str]) -> Mapping[str, Any]:
+    """The mapping at `path` in `obj`; empty when a step is missing."""
+    found: Any = obj
+    for step in path:
+        found = found.get(step) if isinstance(found, Mapping) else None
+    return found if isinstance(found, Mapping) else {}
+
+
+def list_templates(kubeconfig: str, context: str | None) -> list[PodTemplate]:
+    """The pod template of every DaemonSet, Deployment, StatefulSet and CronJob on the cluster
+    `kubeconfig` (content) reaches, in every namespace (POOL_WORKLOAD_LISTS). Raises when the
+    cluster cannot be reached or refuses a list."""
+    api = api_client_from_kubeconfig(kubeconfig, context)
+    found: list[PodTemplate] = []
+    try:
+        for kind, path, where in POOL_WORKLOAD_LISTS:
+            token = ""
+            while True:
+                query = [("limit", str(LIST_PAGE_SIZE)), *([("continue", token)] if token else [])]
+                page = _list_page(api, path, query)
+                for item in page.get("items") or []:
+                    metadata = item.get("metadata") or {}
+                    namespace, name = metadata.get("namespace", ""), metadata.get("name", "")
+                    found.append((kind, str(namespace), str(name), _at(item, where)))
+                token = str((page.get("metadata") or {}).get("continue") or "")
+                if not token:
+                    break
+    finally:
+        api.close()
+    return found
+
+
+def _zero(quantity: Any) -> bool:
+    """A quantity that is provably zero (no device is allocated for it)."""
+    from kubernetes.utils import parse_quantity
+
+    try:
+        return bool(parse_quantity(quantity) == 0)
+    except (ValueError, TypeError, ArithmeticError):
+        return False
+
+
+def asks_for_gpu(spec: Mapping[str, Any], gpu_resource: Callable[[str], bool]) -> bool:
+    """Whether a pod of `spec` asks for a GPU as the gate sees it: a non-zero request or limit
+    of a resource `gpu_resource` names, in a container, an init or ephemeral container or the
+    pod-level resources, or any DRA claim (spec.resourceClaims)."""
+    if spec.get("resourceClaims"):
+        return True
+    blocks = [
+        container.get("resources") or {}
+        for field_name in ("containers", "initContainers", "ephemeralContainers")
+        for container in spec.get(field_name) or []
+        if isinstance(container, Mapping)
+    ]
+    blocks.append(spec.get("resources") or {})
+    return any(
+        gpu_resource(str(name)) and not _zero(quantity)
+        for block in blocks
+        if isinstance(block, Mapping)
+        for section in ("requests", "limits")
+        for name, quantity in (block.get(section) or {}).items()
+    )
+
+
+@dataclass(frozen=True, order=True)
+class PoolWorkload:
+    """A workload whose new pods the gate would refuse: they ask for no GPU yet tolerate the
+    pool's taint."""
+
+    kind: str
+    namespace: str
+    name: str
+    keys: tuple[str, ...] = ()
+    """The keys of the tolerations that tolerate the taint ("" for one of every key)."""
+
+    def __str__(self) -> str:
+        through = ", ".join(
+            f"key {key}" if key else "no key, operator Exists: every taint" for key in self.keys
+        )
+        return f"{self.kind} {self.namespace}/{self.name} (toleration {through})"
+
+
+def refused_pool_workloads(
+    templates: Iterable[PodTemplate],
+    *,
+    taint: Mapping[str, str],
+    allowed_namespaces: Collection[str],
+    allowed_daemonsets: Collection[str],
+    skipped_namespaces: Collection[str],
+    gpu_resource: Callable[[str], bool],
+) -> list[PoolWorkload]:
+    """The workloads of `templates` whose new pods the gate's pool rule would refuse, sorted:
+    their template tolerates `taint` (components/tolerations.py) and asks for no GPU
+    (asks_for_gpu), outside `skipped_namespaces` (the gate judges nothing there) and
+    `allowed_namespaces`, and, for a DaemonSet, not named "namespace/name" in
+    `allowed_daemonsets`."""
+    refused: list[PoolWorkload] = []
+    for kind, namespace, name, template in templates:
+        if namespace in skipped_namespaces or namespace in allowed_namespaces:
+            continue
+        if kind == "DaemonSet" and f"{namespace}/{name}" in allowed_daemonsets:
+            continue
+        spec = template.get("spec") or {}
+        tolerations = [t for t in spec.get("tolerations") or [] if isinstance(t, Mapping)]
+        through = [t for t in tolerations if tolerates(t, taint)]
+        if not through or asks_for_gpu(spec, gpu_resource):
+            continue
+        keys = tuple(sorted({str(t.get("key") or "") for t in through}))
+        refused.append(PoolWorkload(kind, namespace, name, keys))
+    return sorted(refused)
+
+
+def pool_workloads_problem(refused: Collection[PoolWorkload], taint: Mapping[str, str]) -> Problem:
+    """The refusal of a config under which the gate would refuse the new pods of `refused`
+    (not empty): it names them, the keys that let them through, and the way out."""
+    ordered = sorted(refused)
+    shown = ", ".join(str(w) for w in ordered[:SHOWN_WORKLOADS])
+    more = len(ordered) - SHOWN_WORKLOADS
+    if more > 0:
+        shown += f", and {more} more"
+    return Problem(
+        key="admission.poolNamespaces",
+        value=sorted({w.namespace for w in ordered}),
+        allowed=f"the admission gate would refuse the new pods (a rolling update, a new node) "
+        f"of {shown}: their pod template tolerates the GPU pool's taint {taint['key']}="
+        f"{taint.get('value', '')}:{taint['effect']} without asking for a GPU. Add the "
+        'namespace to admission.poolNamespaces, or the DaemonSet as "namespace/name" to '
+        "admission.poolDaemonSets, or drop the toleration from the workload",
+    )
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in `value`, however deep in mappings and lists."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _without_credentials(text: str, kubeconfig: str) -> str:
+    """`text` with every credential of `kubeconfig`'s users (tokens, passwords, keys, an auth
+    provider's tokens) blanked."""
+    try:
+        document = yaml.safe_load(kubeconfig) if kubeconfig.strip() else None
+    except yaml.YAMLError:
+        return text
+    users = document.get("users") if isinstance(document, Mapping) else None
+    for entry in users if isinstance(users, list) else []:
+        user = entry.get("user") if isinstance(entry, Mapping) else None
+        for value in _strings(user):
+            if len(value) >= 8:
+                text = text.replace(value, "<redacted>")
+    return text
+
+
+def check_pool_workloads(
+    kubeconfig: str,
+    context: str | None,
+    *,
+    taint: Mapping[str, str],
+    allowed_namespaces: Collection[str],
+    allowed_daemonsets: Collection[str],
+    skipped_namespaces: Collection[str],
+    gpu_resource: Callable[[str], bool],
+    lister: TemplateLister | None = None,
+) -> str | None:
+    """Refuse (ConfigError, naming admission.poolNamespaces) a config under which the gate
+    would refuse the new pods of a workload already on the cluster: one whose pod template
+    tolerates the GPU pool's `taint` without asking for a GPU (`gpu_resource`: the gate's
+    test of a resource name), outside `allowed_namespaces` and `allowed_daemonsets`
+    ("namespace/name"); `skipped_namespaces` are those the gate never judges.
+    Infrastructure that tolerates every taint (a CNI's node agent, CSI node plugins, log
+    shippers) is what this finds before a rolling update or a new node finds it.
+
+    `lister` reads the cluster (list_templates when None). A warning instead of checking when
+    the cluster cannot be reached or refuses a list; None when no workload would be refused.
+    """
+    try:
+        templates = list((lister or list_templates)(kubeconfig, context))
+    except Exception as exc:  # any failure to reach or list: skip, say so
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return (
+            f"{PROJECT}:admission.poolNamespaces was not checked against the cluster: listing "
+            "DaemonSets, Deployments, StatefulSets and CronJobs in every namespace (which needs "
+            f"list on them cluster-wide) failed: {_without_credentials(reason, kubeconfig)}. "
+            "The gate refuses a new pod that asks for no GPU yet tolerates the GPU pool's taint "
+            f"{taint['key']}={taint.get('value', '')}:{taint['effect']} outside "
+            "admission.poolNamespaces and admission.poolDaemonSets. Check by hand that no pod "
+            "template there has a toleration of that key, or one with no key and operator "
+            "Exists: `kubectl get daemonsets,deployments,statefulsets,cronjobs -A -o json` "
+            "(spec.template.spec.tolerations; a CronJob's under spec.jobTemplate)"
+        )
+    refused = refused_pool_workloads(
+        templates,
+        taint=taint,
+        allowed_namespaces=allowed_namespaces,
+        allowed_daemonsets=allowed_daemonsets,
+        skipped_namespaces=skipped_namespaces,
+        gpu_resource=gpu_resource,
+    )
+    if refused:
+        raise ConfigError([pool_workloads_problem(refused, taint)])
     return None
 
 
