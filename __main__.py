@@ -41,9 +41,13 @@ from components.binpack_scheduler.settings import (
 )
 from components.cluster_access import (
     check_pool_toleration,
+    check_pool_workloads,
     check_served_api,
     check_version_skew,
 )
+from components.gpu_resources import is_gpu_resource
+from components.opa_gate.manifests import excluded_namespaces
+from components.opa_gate.settings import DEFAULT_GATE_NAMESPACE
 from stack_config import load_stack_config, server_toleration_of
 
 config = load_stack_config()
@@ -88,6 +92,30 @@ if toleration_resource is not None:
     )
     if toleration_warning:
         pulumi.log.warn(toleration_warning)
+
+# The gate refuses a new pod that asks for no GPU yet tolerates the pool's taint outside
+# admission.poolNamespaces and poolDaemonSets: a workload already on the cluster that would lose
+# its next pods (a CNI's node agent tolerating every taint, say) is refused here, by name; a
+# cluster out of reach is a warning.
+gated_resources = config.scheduler.gpu_resources_with(config.gpu_operator.gpu_resources())
+if config.admission.gate_extended_resources:
+    gated_resources = gated_resources.adding(
+        {name for counts in config.extended_resources.values() for name in counts}
+    )
+operator_pods = config.gpu_operator.operator_pods(config.admission.external_gpu_operator_namespace)
+pool_warning = check_pool_workloads(
+    config.kubernetes.kubeconfig,
+    config.kubernetes.context,
+    taint=config.gpu_pool.taint.as_dict(),
+    allowed_namespaces=config.pool_namespaces,
+    allowed_daemonsets=config.admission.pool_daemon_sets,
+    skipped_namespaces=excluded_namespaces(
+        DEFAULT_GATE_NAMESPACE, *([operator_pods.namespace] if operator_pods else [])
+    ),
+    gpu_resource=lambda name: is_gpu_resource(name, gated_resources),
+)
+if pool_warning:
+    pulumi.log.warn(pool_warning)
 
 # The claim on the cluster, written only once every object declared in the block was checked
 # live: none may exist that this stack did not create. Leaving the block checks them and lets
@@ -173,9 +201,11 @@ with ClusterAccess.create(
             device_resources=gpu_resources.names,
             gpu_resource_prefixes=gpu_resources.prefixes,
             pool_toleration=gpu_pool.toleration,
-            operator_pods=config.gpu_operator.operator_pods(
-                config.admission.external_gpu_operator_namespace
-            ),
+            # Pods that ask for no GPU stay off the pool's nodes outside these namespaces and
+            # DaemonSets (the monitoring namespace included).
+            pool_nodes=gpu_pool.nodes,
+            pool_namespaces=config.pool_namespaces,
+            operator_pods=operator_pods,
             gang_pods=config.scheduler.gang_scheduling,
             gang_namespaces=config.scheduler.gang_namespaces,
             # Layer 8's classes (none when it is off) are for GPU pods, and the namespaces listed.

@@ -448,6 +448,14 @@ class StackConfig(Settings):
         return {layer.component: layer.section for layer in LAYERS}
 
     @property
+    def pool_namespaces(self) -> tuple[str, ...]:
+        """The namespaces whose pods may run on the GPU pool's nodes without asking for a GPU:
+        admission.poolNamespaces, and the monitoring namespace when the layer is on (its node
+        exporter runs on every node)."""
+        monitoring = (self.monitoring.namespace,) if self.monitoring.enabled else ()
+        return tuple(sorted({*self.admission.pool_namespaces, *monitoring}))
+
+    @property
     def kubernetes_minor(self) -> int:
         """The minor version kubernetesVersion names (validated, so it names one)."""
         return (major_minor(self.kubernetes_version) or (0, 0))[1]

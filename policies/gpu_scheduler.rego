@@ -21,6 +21,11 @@
 # With priority_classes (the stack's PriorityClasses, layer 8), a pod CREATE that names one of
 # them in spec.priorityClassName but asks for no GPU is denied, unless its namespace is one of
 # priority_class_namespaces: those classes preempt other pods, and are for GPU work only.
+# A pod that asks for no GPU is denied too when it would run on the GPU pool's nodes: created
+# bound to one of pool_nodes, or tolerating the pool's taint (naming its key, or every key) while
+# bound to none, when created or added by an UPDATE of the pod (tolerations may grow, and a
+# Pending pod is placed again with them); unless its namespace is one of pool_namespaces, or it
+# is a pod of one of pool_daemonsets (namespace/name) created by the DaemonSet controller.
 # Not judged: a node's mirror pods of its static pods, and the GPU Operator's own pods
 # (operator_pods.* of data.gpu_cluster.config).
 #
@@ -36,7 +41,10 @@ baseline_gpu_resources := {"nvidia.com/gpu"}
 # Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-mig.html
 baseline_gpu_resource_prefixes := {"nvidia.com/mig-"}
 
-config_lists := ["gpu_resources", "gpu_resource_prefixes", "priority_classes", "priority_class_namespaces", "gang_namespaces"]
+config_lists := [
+	"gpu_resources", "gpu_resource_prefixes", "priority_classes", "priority_class_namespaces",
+	"gang_namespaces", "pool_nodes", "pool_namespaces", "pool_daemonsets",
+]
 
 operator_keys := ["operator_pods.namespace", "operator_pods.creators", "operator_pods.daemonset_controllers"]
 
@@ -177,6 +185,14 @@ subresource_request if {
 }
 
 pod_kind if request.kind.kind == "Pod"
+
+# An UPDATE of the pod itself, not of a subresource: its tolerations may have grown.
+# Ref: https://kubernetes.io/docs/concepts/workloads/pods/#pod-update-and-replacement
+pod_update if {
+	request.operation == "UPDATE"
+	pod_kind
+	not subresource_request
+}
 
 pod_kind if request.resource.resource == "pods"
 
@@ -435,13 +451,102 @@ pool_daemonset_pod if {
 	owned_by_a_daemonset
 }
 
+# In one of the pool's namespaces: elsewhere a pod that asks for no GPU has no place on the
+# pool (the pool deny rules below).
 pool_pod if {
 	pod_create
 	not preset_node_name
 	some toleration in spec.tolerations
 	tolerates_pool_taint(toleration)
+	request.namespace in pool_namespaces
 	not pool_daemonset_pod
 }
+
+# The GPU pool's nodes, and where pods that ask for no GPU may run on them.
+pool_nodes := list_items(object.get(config, "pool_nodes", ""))
+
+pool_namespaces := list_items(object.get(config, "pool_namespaces", ""))
+
+pool_daemonsets := list_items(object.get(config, "pool_daemonsets", ""))
+
+# The tolerations the request brings: a new pod's, or those an UPDATE adds.
+new_tolerations contains toleration if {
+	pod_create
+	some toleration in spec.tolerations
+}
+
+new_tolerations contains toleration if {
+	pod_update
+	some toleration in spec.tolerations
+	not toleration in previous_tolerations
+}
+
+previous_tolerations contains toleration if {
+	some toleration in request.oldObject.spec.tolerations
+}
+
+# One of them tolerates the pool's taint, naming its key or every key.
+covers_pool_taint if {
+	some toleration in new_tolerations
+	covers_pool(toleration)
+}
+
+covers_pool(toleration) if tolerates_pool_taint(toleration)
+
+covers_pool(toleration) if {
+	object.get(toleration, "key", "") == ""
+	toleration.operator == "Exists"
+	object.get(toleration, "effect", "") in {"", pool_taint.effect}
+}
+
+# The pool's node a pod being created is bound to (the kubelet checks only NoExecute taints).
+pool_node_name := spec.nodeName if {
+	pod_create
+	preset_node_name
+	spec.nodeName in pool_nodes
+}
+
+pool_allowed if request.namespace in pool_namespaces
+
+pool_allowed if {
+	valid_pool_pods
+	request.userInfo.username in list_items(config["pool_pods.daemonset_controllers"])
+	some owner in pod.metadata.ownerReferences
+	owner.apiVersion == "apps/v1"
+	owner.kind == "DaemonSet"
+	owner.controller == true
+	concat("/", [request.namespace, owner.name]) in pool_daemonsets
+}
+
+pool_allowed_shown := concat("", [
+	allowed_namespaces_shown,
+	allowed_daemonsets_shown,
+])
+
+default allowed_namespaces_shown := ""
+
+allowed_namespaces_shown := sprintf(", and pods in namespaces: %s", [concat(", ", pool_namespaces)]) if {
+	count(pool_namespaces) > 0
+}
+
+default allowed_daemonsets_shown := ""
+
+allowed_daemonsets_shown := sprintf(", and pods of DaemonSets: %s", [concat(", ", pool_daemonsets)]) if {
+	count(pool_daemonsets) > 0
+}
+
+# A pod that asks for no GPU, outside pool_allowed, that the rules below judge.
+pool_outsider if {
+	not exempt
+	count(config_errors) == 0
+	valid_pool_pods
+	count(requested_gpu_resources) == 0
+	not pool_allowed
+}
+
+default tolerates_verb := "is updated to tolerate"
+
+tolerates_verb := "tolerates" if pod_create
 
 # A pod being created, not bound to a node, of a PodGroup, when the gate keeps gangs on the
 # binpack scheduler, in one of gang_namespaces (absent or empty: every namespace).
@@ -530,6 +635,27 @@ deny contains msg if {
 	msg := sprintf(
 		`pod "%s" tolerates the GPU pool's taint %s but spec.schedulerName is %s; pods that tolerate it must set spec.schedulerName: %s (one scheduler places every pod on the pool's nodes)`,
 		[pod_display, pool_taint.key, scheduler_shown, configured_scheduler_name],
+	)
+}
+
+# A pod that asks for no GPU on the pool's nodes: bound to one of them when created ...
+deny contains msg if {
+	pool_outsider
+	node := pool_node_name
+	msg := sprintf(
+		`pod "%s" asks for no GPU but spec.nodeName is %s, a node of the GPU pool; the pool's nodes take GPU pods%s`,
+		[pod_display, node, pool_allowed_shown],
+	)
+}
+
+# ... or tolerating the pool's taint, bound to no node.
+deny contains msg if {
+	pool_outsider
+	not preset_node_name
+	covers_pool_taint
+	msg := sprintf(
+		`pod "%s" asks for no GPU but %s the GPU pool's taint %s; the pool's nodes take GPU pods%s`,
+		[pod_display, tolerates_verb, pool_taint.key, pool_allowed_shown],
 	)
 }
 

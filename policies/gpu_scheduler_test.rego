@@ -730,14 +730,18 @@ test_allow_status_update_of_a_pod_with_visible_devices if {
 		with data.gpu_cluster.config as gate_config
 }
 
-# Pool pods: whatever tolerates the GPU pool's taint is placed by the binpack scheduler alone.
+# Pool pods: in the pool's namespaces (team-a here), whatever tolerates the GPU pool's taint is
+# placed by the binpack scheduler alone.
 
-pool_config := object.union(gate_config, {
+fenced_config := object.union(gate_config, {
 	"pool_pods.taint.key": "nvidia.com/gpu",
 	"pool_pods.taint.value": "present",
 	"pool_pods.taint.effect": "NoSchedule",
 	"pool_pods.daemonset_controllers": "system:kube-controller-manager,system:serviceaccount:kube-system:daemon-set-controller",
+	"pool_nodes": "gpu-1,gpu-2",
 })
+
+pool_config := object.union(fenced_config, {"pool_namespaces": "team-a"})
 
 # team-a/train-0 with one CPU-only container and `tolerations`; spec overrides merge in.
 pool_pod_review(tolerations, spec_overrides) := review_of({"spec": object.union({"tolerations": tolerations}, spec_overrides)})
@@ -840,6 +844,119 @@ test_allow_a_running_pool_pod_being_debugged if {
 	pod := make_pod({"spec": {"nodeName": "gpu-1", "tolerations": tolerates_pool, "ephemeralContainers": [debug_container("debugger", [])]}})
 	count(deny) == 0 with input as make_review(pod, {"operation": "UPDATE", "subResource": "ephemeralcontainers", "oldObject": object.union(pod, {"spec": {"ephemeralContainers": []}})})
 		with data.gpu_cluster.config as pool_config
+}
+
+# The pool's nodes take GPU pods, and pods in pool_namespaces or of pool_daemonsets: elsewhere
+# a pod that asks for no GPU may neither be bound to one nor tolerate the pool's taint.
+
+fence_suffix := "; the pool's nodes take GPU pods, and pods in namespaces: monitoring, and pods of DaemonSets: logging/agent"
+
+outside_config := object.union(fenced_config, {"pool_namespaces": "monitoring", "pool_daemonsets": "logging/agent"})
+
+fence_toleration_denial := sprintf(`pod "team-a/train-0" asks for no GPU but tolerates the GPU pool's taint nvidia.com/gpu%s`, [fence_suffix])
+
+fence_node_denial(node) := sprintf(`pod "team-a/train-0" asks for no GPU but spec.nodeName is %s, a node of the GPU pool%s`, [node, fence_suffix])
+
+test_deny_each_toleration_of_the_pool_taint_outside_the_pools_namespaces if {
+	every toleration in [
+		{"key": "nvidia.com/gpu", "operator": "Exists"},
+		{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+		{"operator": "Exists"},
+		{"operator": "Exists", "effect": "NoSchedule"},
+		{"key": "", "operator": "Exists"},
+	] {
+		every scheduler in [{}, binpack, {"schedulerName": "default-scheduler"}] {
+			deny == {fence_toleration_denial} with input as pool_pod_review([toleration], scheduler)
+				with data.gpu_cluster.config as outside_config
+		}
+	}
+}
+
+test_allow_tolerations_of_other_taints_outside_the_pools_namespaces if {
+	every toleration in [
+		{"operator": "Exists", "effect": "NoExecute"},
+		{"key": "nvidia.com/gpu", "value": "absent"},
+		{"key": "example.com/other", "operator": "Exists"},
+		{"operator": "Equal"},
+	] {
+		count(deny) == 0 with input as pool_pod_review([toleration], {})
+			with data.gpu_cluster.config as outside_config
+	}
+}
+
+test_deny_a_cpu_pod_bound_to_a_pool_node if {
+	deny == {fence_node_denial("gpu-2")} with input as review_of({"spec": {"nodeName": "gpu-2"}})
+		with data.gpu_cluster.config as outside_config
+	deny == {fence_node_denial("gpu-1")} with input as pool_pod_review([{"operator": "Exists"}], {"nodeName": "gpu-1"})
+		with data.gpu_cluster.config as outside_config
+}
+
+test_allow_a_cpu_pod_bound_to_another_node_whatever_it_tolerates if {
+	count(deny) == 0 with input as pool_pod_review([{"operator": "Exists"}], {"nodeName": "cpu-1"})
+		with data.gpu_cluster.config as outside_config
+}
+
+test_allow_pods_on_the_pool_in_its_namespaces if {
+	count(deny) == 0 with input as make_review(make_pod({"metadata": {"namespace": "monitoring"}, "spec": {"nodeName": "gpu-1", "tolerations": [{"operator": "Exists"}]}}), {"namespace": "monitoring"})
+		with data.gpu_cluster.config as outside_config
+}
+
+test_allow_the_listed_daemonsets_pods_only_from_the_daemonset_controller if {
+	owner := object.union(daemonset_owner, {"name": "agent"})
+	pod := make_pod({"metadata": {"namespace": "logging", "ownerReferences": [owner]}, "spec": {"tolerations": [{"operator": "Exists"}]}})
+	count(deny) == 0 with input as make_review(pod, in_namespace("logging", daemonset_controller))
+		with data.gpu_cluster.config as outside_config
+	count(deny) == 1 with input as make_review(pod, in_namespace("logging", {"username": "alice"}))
+		with data.gpu_cluster.config as outside_config
+	count(deny) == 1 with input as make_review(pod, in_namespace("team-a", daemonset_controller))
+		with data.gpu_cluster.config as outside_config
+	other := make_pod({"metadata": {"namespace": "logging", "ownerReferences": [daemonset_owner]}, "spec": {"tolerations": [{"operator": "Exists"}]}})
+	count(deny) == 1 with input as make_review(other, in_namespace("logging", daemonset_controller))
+		with data.gpu_cluster.config as outside_config
+}
+
+test_a_gpu_pod_may_tolerate_the_pool_anywhere if {
+	count(deny) == 0 with input as gpu_pod_review(object.union(binpack, {"tolerations": [{"operator": "Exists"}]}))
+		with data.gpu_cluster.config as outside_config
+}
+
+# UPDATE of the pod: tolerations may only grow, and a Pending pod is placed again with them.
+toleration_update(old_tolerations, new_tolerations, spec_overrides) := make_review(
+	make_pod({"spec": object.union({"tolerations": new_tolerations}, spec_overrides)}),
+	{"operation": "UPDATE", "oldObject": make_pod({"spec": object.union({"tolerations": old_tolerations}, spec_overrides)})},
+)
+
+test_deny_an_update_that_adds_a_pool_toleration_to_a_pending_cpu_pod if {
+	msg := sprintf(`pod "team-a/train-0" asks for no GPU but is updated to tolerate the GPU pool's taint nvidia.com/gpu%s`, [fence_suffix])
+	deny == {msg} with input as toleration_update([], [{"operator": "Exists"}], {})
+		with data.gpu_cluster.config as outside_config
+	deny == {msg} with input as toleration_update([{"key": "a", "operator": "Exists"}], [{"key": "a", "operator": "Exists"}, tolerates_pool[0]], binpack)
+		with data.gpu_cluster.config as outside_config
+}
+
+test_allow_updates_that_add_no_pool_toleration_or_to_a_bound_pod if {
+	count(deny) == 0 with input as toleration_update([{"operator": "Exists"}], [{"operator": "Exists"}], {})
+		with data.gpu_cluster.config as outside_config
+	count(deny) == 0 with input as toleration_update([], [{"key": "a", "operator": "Exists"}], {})
+		with data.gpu_cluster.config as outside_config
+	count(deny) == 0 with input as toleration_update([], [{"operator": "Exists"}], {"nodeName": "cpu-1"})
+		with data.gpu_cluster.config as outside_config
+	count(deny) == 0 with input as toleration_update([], [{"operator": "Exists"}], {})
+		with data.gpu_cluster.config as pool_config
+}
+
+test_an_update_of_a_subresource_is_not_a_toleration_update if {
+	review := toleration_update([], [{"operator": "Exists"}], {})
+	count(deny) == 0 with input as object.union(review, {"request": {"subResource": "status"}})
+		with data.gpu_cluster.config as outside_config
+}
+
+test_malformed_pool_lists_are_config_errors if {
+	config_errors == {
+		"pool_daemonsets must be a comma-separated list of non-empty strings",
+		"pool_namespaces must be a comma-separated list of non-empty strings",
+		"pool_nodes must be a comma-separated list of non-empty strings",
+	} with data.gpu_cluster.config as object.union(fenced_config, {"pool_nodes": "a,", "pool_namespaces": ",b", "pool_daemonsets": "x/y,,z/w"})
 }
 
 test_malformed_pool_pods_are_a_config_error if {

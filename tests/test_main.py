@@ -213,6 +213,36 @@ def test_main_gate_keeps_the_stacks_priority_classes_to_gpu_pods() -> None:
     assert not {"priority_classes", "priority_class_namespaces"} & set(data)
 
 
+def test_main_gate_keeps_pods_without_a_gpu_off_the_pools_nodes() -> None:
+    # The pool's nodes, the stack's pool namespaces (StackConfig.pool_namespaces) and
+    # admission.poolDaemonSets reach the gate's parameter document.
+    admission = {
+        "engine": "validating-admission-policy",
+        "poolNamespaces": ["logging", "calico-system"],
+        "poolDaemonSets": ["team-a/node-agent"],
+    }
+    data = run_program("dev", {"admission": admission}).gate_document()
+    pool = decode_raw_config(stack_config("dev"))["gpuPool"]["nodes"]
+    assert gate_list(data, "pool_nodes") == sorted(pool)
+    # dev runs the monitoring layer: its namespace is the pool's too.
+    assert gate_list(data, "pool_namespaces") == ["calico-system", "logging", "monitoring"]
+    assert gate_list(data, "pool_daemonsets") == ["team-a/node-agent"]
+
+
+def test_main_pool_namespaces_add_the_monitoring_namespace_while_the_layer_is_on() -> None:
+    raw = decode_raw_config(stack_config("dev"))
+    admission = {**raw.get("admission", {}), "poolNamespaces": ["logging"]}
+    monitoring = {"namespace": "metrics", "grafanaAdminSecret": "g", "createNamespace": False}
+    on = parse_stack_config(
+        {**raw, "admission": admission, "monitoring": {**monitoring, "enabled": True}}
+    )
+    assert on.pool_namespaces == ("logging", "metrics")
+    off = parse_stack_config(
+        {**raw, "admission": admission, "monitoring": {**monitoring, "enabled": False}}
+    )
+    assert off.pool_namespaces == ("logging",)
+
+
 def test_main_gpu_operator_settings_name_what_is_gated_weighted_and_routed() -> None:
     # One source: time-slicing renamed (nvidia.com/gpu.shared) reaches the gate, the routing
     # policy and the scheduler's weights without being typed anywhere else.

@@ -147,6 +147,10 @@ class OpaGateArgs(OpaGateSettings):
     routed GPU pods that lack it, and every engine keeps the pods that tolerate the pool's
     taint (pool pods, not the DaemonSet controller's) on the scheduler like GPU pods. None:
     neither."""
+    pool_nodes: Annotated[pulumi.Output[list[str]] | Sequence[str], Runtime()] = ()
+    """The GPU pool's nodes (TaintedGpuPool's output): with pool_toleration, a pod that asks
+    for no GPU may be bound to one, or tolerate the pool's taint, only in pool_namespaces or
+    as a pod of pool_daemon_sets."""
     gang_pods: Annotated[bool, Runtime()] = False
     """Whether the stack's scheduler places gangs (scheduler.gangScheduling): every pod of a
     PodGroup is then kept on it, GPU or not."""
@@ -254,17 +258,23 @@ class OpaGate(ClusterLayer):
         )
 
     def _gate_data(self) -> pulumi.Output[dict[str, str]]:
-        """gate_data() of the scheduler's name, every resource the settings gate and the
-        pool's toleration (which pods are pool pods)."""
+        """gate_data() of the scheduler's name, every resource the settings gate, the pool's
+        toleration and nodes (which pods are pool pods, and where pods without a GPU may
+        not run)."""
         args = self._args
         gated = args.gpu_resources if args.gate_extended_resources else ()
-        return pulumi.Output.all(args.scheduler_name, gated, args.pool_toleration).apply(
+        return pulumi.Output.all(
+            args.scheduler_name, gated, args.pool_toleration, args.pool_nodes
+        ).apply(
             lambda v: gate_data(
                 v[0],
                 [*args.device_resources, *v[1]],
                 args.gpu_resource_prefixes,
                 operator_pods=args.operator_pods,
                 pool_toleration=v[2],
+                pool_nodes=v[3],
+                pool_namespaces=args.pool_namespaces,
+                pool_daemonsets=args.pool_daemon_sets,
                 gang_pods=args.gang_pods,
                 gang_namespaces=args.gang_namespaces,
                 device_classes=args.device_classes,

@@ -71,6 +71,11 @@ PRIORITY_CLASSES_KEY = "priority_classes"
 # The parameter document's key for the namespaces whose PodGroups the stack's scheduler places.
 GANG_NAMESPACES_KEY = "gang_namespaces"
 PRIORITY_CLASS_NAMESPACES_KEY = "priority_class_namespaces"
+# The parameter document's keys for the GPU pool's nodes and where pods that ask for no GPU may
+# run on them: namespaces, and DaemonSets as namespace/name.
+POOL_NODES_KEY = "pool_nodes"
+POOL_NAMESPACES_KEY = "pool_namespaces"
+POOL_DAEMONSETS_KEY = "pool_daemonsets"
 # What a pod's resource claims name, resource.k8s.io/v1 (GA since Kubernetes 1.34): the param
 # kind of each claim policy pair. Built in, like ConfigMap, so always mapped.
 # Ref: https://kubernetes.io/docs/concepts/scheduling-eviction/dynamic-resource-allocation/
@@ -88,6 +93,9 @@ def gate_data(
     *,
     operator_pods: OperatorPods | None = None,
     pool_toleration: Mapping[str, str] | None = None,
+    pool_nodes: Sequence[str] = (),
+    pool_namespaces: Sequence[str] = (),
+    pool_daemonsets: Sequence[str] = (),
     gang_pods: bool = False,
     gang_namespaces: Sequence[str] = (),
     device_classes: Sequence[str] = (),
@@ -101,7 +109,11 @@ def gate_data(
     Every GPU (components/gpu_resources.py) is gated whatever `resources` and `prefixes` add;
     `operator_pods` (the GPU Operator's own pods) are left out when None. `pool_toleration`
     (TaintedGpuPool's, which names the pool's taint exactly) makes the pods that tolerate the
-    pool's taint `pool_pods`, kept on the scheduler like GPU pods; none when None.
+    pool's taint `pool_pods`, kept on the scheduler like GPU pods; none when None. With it, a
+    pod that asks for no GPU is kept off the pool (`pool_nodes`, TaintedGpuPool's nodes: bound
+    to one, or tolerating the taint) unless it is in `pool_namespaces` or a pod of one of
+    `pool_daemonsets` (namespace/name); in those namespaces the pods that tolerate the taint
+    are the pool pods.
     `gang_pods` (the stack's scheduler places gangs) keeps every pod of a PodGroup on it too,
     only in `gang_namespaces` when given (scheduler.gangNamespaces; empty: every namespace).
     `device_classes` (DRA mode: GpuOperatorSettings.device_classes()) are the DeviceClasses
@@ -126,6 +138,13 @@ def gate_data(
         for key in ("key", "value", "effect"):
             data[f"pool_pods.taint.{key}"] = pool_toleration.get(key, "")
         data["pool_pods.daemonset_controllers"] = LIST_SEPARATOR.join(sorted(DAEMONSET_CONTROLLERS))
+        for key, names in (
+            (POOL_NODES_KEY, pool_nodes),
+            (POOL_NAMESPACES_KEY, pool_namespaces),
+            (POOL_DAEMONSETS_KEY, pool_daemonsets),
+        ):
+            if names:
+                data[key] = LIST_SEPARATOR.join(sorted(set(names)))
     if gang_pods:  # only when on: a stack without gangs keeps its document as it was
         data["gang_pods"] = "true"
         if gang_namespaces:
@@ -209,10 +228,24 @@ def ephemeral_containers_rule() -> dict[str, Any]:
     }
 
 
+def pod_update_rule() -> dict[str, Any]:
+    """An UPDATE of a pod itself (core v1): a pod's tolerations may grow after creation, and a
+    Pending pod is placed again with them, onto the GPU pool if one tolerates its taint.
+    Ref: https://kubernetes.io/docs/concepts/workloads/pods/#pod-update-and-replacement
+    """
+    return {
+        "operations": ["UPDATE"],
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "resources": ["pods"],
+    }
+
+
 def judged_rules() -> list[dict[str, Any]]:
-    """The requests the refusing side of every engine judges: a pod CREATE, and an UPDATE of
-    pods/ephemeralcontainers (only NVIDIA_VISIBLE_DEVICES in the containers it adds)."""
-    return [pod_create_rule(), ephemeral_containers_rule()]
+    """The requests the refusing side of every engine judges: a pod CREATE, an UPDATE of a pod
+    (only the tolerations it adds) and an UPDATE of pods/ephemeralcontainers (only
+    NVIDIA_VISIBLE_DEVICES in the containers it adds)."""
+    return [pod_create_rule(), pod_update_rule(), ephemeral_containers_rule()]
 
 
 def policy_match_constraints(

@@ -27,9 +27,11 @@ from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal, get_args
 
-from components.kubernetes_names import is_dns1123_label
+from pydantic import AfterValidator
+
+from components.kubernetes_names import is_dns1123_label, is_dns1123_subdomain
 from components.kubernetes_version import major_minor
-from components.settings import BOOL, PROJECT, Problem, Settings, between, choice, text
+from components.settings import BOOL, PROJECT, Problem, Settings, between, choice, text, unique
 
 if TYPE_CHECKING:
     from components.gpu_resources import GpuResources
@@ -58,6 +60,24 @@ EXTERNAL_OPERATOR_NAMESPACE = text(
     "expected the namespace (DNS-1123 label) of a GPU Operator installed outside the stack, "
     f"or empty; not the gate's own ({DEFAULT_GATE_NAMESPACE})",
 )
+# Where pods that ask for no GPU may run on the GPU pool's nodes.
+POOL_NAMESPACE = text(
+    is_dns1123_label,
+    "expected the name of a namespace (DNS-1123 label) whose pods may run on the GPU pool's "
+    "nodes without asking for a GPU",
+)
+
+
+def _is_daemonset_ref(value: str) -> bool:
+    namespace, _, name = value.partition("/")
+    return is_dns1123_label(namespace) and is_dns1123_subdomain(name)
+
+
+POOL_DAEMONSET = text(
+    _is_daemonset_ref,
+    "expected namespace/name of a DaemonSet (a DNS-1123 label, a DNS-1123 subdomain) whose "
+    "pods may run on the GPU pool's nodes without asking for a GPU",
+)
 
 
 def load_policies(directory: Path = POLICY_DIR) -> dict[str, str]:
@@ -79,9 +99,10 @@ class OpaGateSettings(Settings):
     (native, refuses GPU pods off the binpack scheduler) or `opa` (webhook, refuses them
     too); these two add no toleration, so with a NoSchedule pool the API server must run
     ExtendedResourceToleration (the stack's controlPlane.admissionPlugins, or the cluster's
-    own: the preview asks it). Pods that tolerate the pool's taint (not DaemonSet pods) are
-    kept on the binpack scheduler like GPU pods by every engine. The native engines need no
-    server."""
+    own: the preview asks it). Pods that ask for no GPU are kept off the pool's nodes
+    outside poolNamespaces and poolDaemonSets; there, those that tolerate the pool's taint
+    (not DaemonSet pods) are kept on the binpack scheduler like GPU pods, by every engine. The
+    native engines need no server."""
     failure_policy: Annotated[FailurePolicy, choice(FAILURE_POLICIES)] = "Fail"
     """Fail: a GPU pod (or a pod that tolerates the pool's taint) is refused while the gate
     cannot answer. Ignore: it is admitted."""
@@ -95,6 +116,21 @@ class OpaGateSettings(Settings):
     """Namespace of a GPU Operator installed outside this stack (gpuOperator.enabled false):
     its own pods are let through as the stack's operator's are (the validator's workloads, its
     DaemonSets' operands). Empty: none."""
+    pool_namespaces: Annotated[
+        tuple[Annotated[str, POOL_NAMESPACE], ...],
+        AfterValidator(unique("each namespace at most once")),
+    ] = ()
+    """Namespaces whose pods may run on the GPU pool's nodes without asking for a GPU (bound
+    to one, or tolerating the pool's taint): node agents, say. Anywhere else the gate refuses
+    such a pod. The monitoring namespace (monitoring.enabled) is added; kube-system, the
+    gate's and the GPU Operator's own pods are not judged. The preview refuses while a
+    DaemonSet, Deployment, StatefulSet or CronJob elsewhere tolerates the pool's taint."""
+    pool_daemon_sets: Annotated[
+        tuple[Annotated[str, POOL_DAEMONSET], ...],
+        AfterValidator(unique("each DaemonSet at most once")),
+    ] = ()
+    """DaemonSets (namespace/name) whose pods may run on the GPU pool's nodes without asking
+    for a GPU, in a namespace not in poolNamespaces."""
 
 
 # --------------------------------------------------------------------------- the GPU Operator

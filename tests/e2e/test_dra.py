@@ -38,7 +38,15 @@ FRAGMENTATION_SCHEDULER = {
     "scoring": "fragmentation",
     "image": "registry.example.com/platform/gpu-binpack-scheduler:v1.37.2",
 }
-OVERRIDES = {"gpuOperator": DRA_OPERATOR, "scheduler": FRAGMENTATION_SCHEDULER}
+# Where the routes around the gate are tried: a namespace of admission.poolNamespaces, whose
+# pods may tolerate the pool's taint without a GPU, so only the allocation policy stands
+# between them and a GPU (elsewhere the gate refuses such a pod at admission).
+ROUTES_NAMESPACE = "dra-routes"
+OVERRIDES = {
+    "gpuOperator": DRA_OPERATOR,
+    "scheduler": FRAGMENTATION_SCHEDULER,
+    "admission": {**stack_config("local")["admission"], "poolNamespaces": [ROUTES_NAMESPACE]},
+}
 # A device of another driver: a NIC, published on the CPU node.
 NIC_DRIVER = "nic.example.com"
 NIC_CLASS = "nic.example.com"
@@ -255,7 +263,8 @@ def test_a_nic_claim_pod_is_not_routed(applied: AppliedStack, namespace: str, ni
 # Each route leads a GPU claim to the cluster's own scheduler, which would allocate a free GPU
 # of a pool node (it tolerates every taint). The allocation policy lets only the stack's
 # scheduler write that allocation: the pod stays Pending, its FailedScheduling event says what
-# to do, and no GPU is allocated.
+# to do, and no GPU is allocated. The routes run in ROUTES_NAMESPACE, one of the pool's
+# namespaces: anywhere else the pool's rule refuses such a pod when it is created.
 
 TOLERATE_EVERYTHING = [{"operator": "Exists"}]
 # What the cluster's scheduler reports when the allocation policy refuses its write.
@@ -316,37 +325,58 @@ def own_gpu_class_fixture(applied: AppliedStack) -> Iterator[dict[str, str]]:
         _resource(applied, "DeviceClass").delete(name=name)
 
 
-def test_route_a_pod_created_before_its_template_gets_no_gpu(
+@pytest.fixture(scope="module", name="routes")
+def routes_fixture(applied: AppliedStack) -> Iterator[str]:
+    """ROUTES_NAMESPACE, for every route (their pods and claims have names of their own)."""
+    core = _core(applied)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ROUTES_NAMESPACE)))
+    yield ROUTES_NAMESPACE
+    core.delete_namespace(ROUTES_NAMESPACE)
+
+
+def test_a_claim_pod_tolerating_every_taint_is_refused_outside_the_pools_namespaces(
     applied: AppliedStack, namespace: str
 ) -> None:
+    """The first route below, in a namespace that is not the pool's: refused when created,
+    naming the scheduler its claims count with."""
+    with pytest.raises(client.exceptions.ApiException) as refused:
+        _core(applied).create_namespaced_pod(namespace, _gpu_claim_pod("early", "later"))
+    message = str(refused.value.body)
+    assert "but tolerates the GPU pool's taint" in message, message
+    assert applied.outputs["schedulerName"] in message, message
+
+
+def test_route_a_pod_created_before_its_template_gets_no_gpu(
+    applied: AppliedStack, routes: str
+) -> None:
     """The claim lookup finds no template, so the pod is admitted unrouted."""
-    _core(applied).create_namespaced_pod(namespace, _gpu_claim_pod("early", "later"))
-    _template(applied, namespace, "later", GPU_DEVICE_CLASS, 1)
-    _refused_allocation(applied, namespace, "early")
+    _core(applied).create_namespaced_pod(routes, _gpu_claim_pod("early", "later"))
+    _template(applied, routes, "later", GPU_DEVICE_CLASS, 1)
+    _refused_allocation(applied, routes, "early")
 
 
 def test_route_a_scheduling_gate_held_until_the_template_exists_gets_no_gpu(
-    applied: AppliedStack, namespace: str
+    applied: AppliedStack, routes: str
 ) -> None:
     core = _core(applied)
     gated = _gpu_claim_pod("held", "made-later", schedulingGates=[{"name": "example.com/wait"}])
-    core.create_namespaced_pod(namespace, gated)
-    _template(applied, namespace, "made-later", GPU_DEVICE_CLASS, 1)
-    core.patch_namespaced_pod("held", namespace, {"spec": {"schedulingGates": None}})
-    _refused_allocation(applied, namespace, "held")
+    core.create_namespaced_pod(routes, gated)
+    _template(applied, routes, "made-later", GPU_DEVICE_CLASS, 1)
+    core.patch_namespaced_pod("held", routes, {"spec": {"schedulingGates": None}})
+    _refused_allocation(applied, routes, "held")
 
 
 def test_route_another_device_class_of_the_gpu_driver_gets_no_gpu(
-    applied: AppliedStack, namespace: str, own_gpu_class: dict[str, str]
+    applied: AppliedStack, routes: str, own_gpu_class: dict[str, str]
 ) -> None:
     """A class the gate does not know selects the GPU driver's devices."""
-    _template(applied, namespace, "own", own_gpu_class["plain"], 1)
-    _core(applied).create_namespaced_pod(namespace, _gpu_claim_pod("own-class", "own"))
-    _refused_allocation(applied, namespace, "own-class")
+    _template(applied, routes, "own", own_gpu_class["plain"], 1)
+    _core(applied).create_namespaced_pod(routes, _gpu_claim_pod("own-class", "own"))
+    _refused_allocation(applied, routes, "own-class")
 
 
 def test_route_a_device_class_extended_resource_gets_no_gpu(
-    applied: AppliedStack, namespace: str, own_gpu_class: dict[str, str]
+    applied: AppliedStack, routes: str, own_gpu_class: dict[str, str]
 ) -> None:
     """`example.com/gpu` is no GPU resource the gate knows; the cluster's scheduler would make
     the claim itself from the class's extended resource name."""
@@ -365,12 +395,12 @@ def test_route_a_device_class_extended_resource_gets_no_gpu(
             ],
         },
     }
-    _core(applied).create_namespaced_pod(namespace, pod)
-    _refused_allocation(applied, namespace, "legacy")
+    _core(applied).create_namespaced_pod(routes, pod)
+    _refused_allocation(applied, routes, "legacy")
 
 
 def test_route_a_claim_swapped_after_admission_gets_no_gpu(
-    applied: AppliedStack, namespace: str, nic: str
+    applied: AppliedStack, routes: str, nic: str
 ) -> None:
     """The pod names an existing NIC claim (admitted to the cluster's scheduler, held by a
     scheduling gate); the claim is then replaced by a GPU claim of the same name."""
@@ -385,15 +415,18 @@ def test_route_a_claim_swapped_after_admission_gets_no_gpu(
             "spec": spec,
         }
 
-    claims.create(body=claim(NIC_CLASS), namespace=namespace)
+    claims.create(body=claim(NIC_CLASS), namespace=routes)
     pod = _gpu_claim_pod("swap", "unused", schedulingGates=[{"name": "example.com/wait"}])
     pod["spec"]["resourceClaims"] = [{"name": "devices", "resourceClaimName": "swapped"}]
-    core.create_namespaced_pod(namespace, pod)
-    claims.delete(name="swapped", namespace=namespace)
-    _wait("the NIC claim gone", lambda: not claims.get(namespace=namespace).items)
-    claims.create(body=claim(GPU_DEVICE_CLASS), namespace=namespace)
-    core.patch_namespaced_pod("swap", namespace, {"spec": {"schedulingGates": None}})
-    _refused_allocation(applied, namespace, "swap")
+    core.create_namespaced_pod(routes, pod)
+    claims.delete(name="swapped", namespace=routes)
+    _wait(
+        "the NIC claim gone",
+        lambda: all(c.metadata.name != "swapped" for c in claims.get(namespace=routes).items),
+    )
+    claims.create(body=claim(GPU_DEVICE_CLASS), namespace=routes)
+    core.patch_namespaced_pod("swap", routes, {"spec": {"schedulingGates": None}})
+    _refused_allocation(applied, routes, "swap")
 
 
 def test_destroy_removes_what_the_stack_made_and_nothing_else(applied: AppliedStack) -> None:

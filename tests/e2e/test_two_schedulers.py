@@ -14,7 +14,8 @@ To make the race happen every time it can, the stack's scheduler's bindings in a
 namespace pass through a validating webhook on pods/binding that holds each one until the
 scenario releases it (HeldBindings): the time between the scheduler's decision and the moment
 another scheduler can see it, stretched. It admits every binding; it changes nothing a
-scheduler decides.
+scheduler decides. Each scenario runs in a namespace of admission.poolNamespaces, whose pods may
+run on the pool without a GPU (elsewhere the gate keeps them off: test_whole_stack.py).
 
 - test_two_schedulers_both_bind_the_last_cpu_of_a_gpu_node: a DaemonSet's pod (left to the
   cluster's scheduler by the gate) and a GPU pod (the stack's scheduler) both get the last
@@ -49,6 +50,7 @@ from kubernetes.utils import parse_quantity
 from components.opa_gate.settings import ROUTING_ENGINE
 from tools.harness import free_port
 from tools.harness.certs import CertificateAuthority, write_private
+from tools.harness.pulumi_engine import project_config as stack_config
 from tools.harness.stack import AppliedStack
 
 from .conftest import apply_stack, wait_for
@@ -62,6 +64,14 @@ WAIT_SECONDS = 60.0
 # After the last binding: time for a scheduler to act on anything left in its queue.
 SETTLE_SECONDS = 5.0
 TERMINAL = ("Succeeded", "Failed")
+# Each scenario's namespace: one of the pool's (admission.poolNamespaces), where pods that ask
+# for no GPU may run on the pool's nodes (its fillers are bound there).
+SCENARIO_NAMESPACES = {
+    "test_two_schedulers_both_bind_the_last_cpu_of_a_gpu_node": "two-schedulers-race",
+    "test_two_schedulers_a_pod_tolerating_the_pool_is_placed_by_the_stacks_scheduler_alone": (
+        "two-schedulers-routed"
+    ),
+}
 
 
 @pytest.fixture(scope="module", name="applied", params=["local", "dev", "prod"])
@@ -71,7 +81,15 @@ def applied_fixture(
     """Each stack shape, so each engine: routing (local), ValidatingAdmissionPolicy (dev),
     OPA (prod)."""
     stack = str(request.param)
-    yield from apply_stack(stack, tmp_path_factory.mktemp(f"e2e-two-schedulers-{stack}"))
+    admission = {
+        **stack_config(stack)["admission"],
+        "poolNamespaces": sorted(SCENARIO_NAMESPACES.values()),
+    }
+    yield from apply_stack(
+        stack,
+        tmp_path_factory.mktemp(f"e2e-two-schedulers-{stack}"),
+        overrides={"admission": admission},
+    )
 
 
 def _core(applied: AppliedStack) -> Any:
@@ -347,11 +365,11 @@ class HeldBindings:
 
 
 @pytest.fixture(name="scenario")
-def scenario_fixture(applied: AppliedStack) -> Iterator[str]:
-    """A namespace for a scenario's pods; afterwards its pods are gone before the next one
-    computes the pool's room, and the namespace is deleted."""
+def scenario_fixture(applied: AppliedStack, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The scenario's namespace (SCENARIO_NAMESPACES); afterwards its pods are gone before the
+    next one computes the pool's room, and the namespace is deleted."""
     core = _core(applied)
-    name = f"two-schedulers-{uuid.uuid4().hex[:6]}"
+    name = SCENARIO_NAMESPACES[request.node.originalname]
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
     apps: Any = client.AppsV1Api(applied.api_client())

@@ -5,7 +5,8 @@ destroy` last): the pool tainted only after what must come first; each Helm rele
 values; a second `up` changes nothing; a GPU pod that sets
 only its GPU request and the scheduler name is admitted, bound by the deployed scheduler and
 stays Running; a GPU pod without the scheduler name is refused by the applied gate; CPU pods
-never land on GPU nodes; the stack's own pods run; destroy leaves the nodes as they were.
+never land on GPU nodes, whatever a tenant creates or edits; the stack's own pods run; destroy
+leaves the nodes as they were.
 """
 
 from __future__ import annotations
@@ -314,6 +315,89 @@ def test_cpu_pods_never_land_on_gpu_nodes(applied: AppliedStack, namespace: str)
         )
     nodes = {_wait_pod(core, namespace, name).spec.node_name for name in names}
     assert nodes and not nodes & set(applied.gpu_nodes)
+
+
+def _cpu_pod(name: str, **spec: Any) -> dict[str, Any]:
+    """A pod that asks for no GPU, with `spec` fields added."""
+    container = {
+        "name": "main",
+        "image": "registry.invalid/web:1",
+        "resources": {"requests": {"cpu": "100m"}},
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {"containers": [container], **spec},
+    }
+
+
+def _refused(create: Any) -> str:
+    """The gate's refusal of `create()` (an ApiException 403's message)."""
+    with pytest.raises(ApiException) as refused:
+        create()
+    assert refused.value.status in (400, 403), refused.value
+    message = str(json.loads(refused.value.body or "{}").get("message", ""))
+    assert "the pool's nodes take GPU pods" in message, message
+    return message
+
+
+def test_no_pod_without_a_gpu_reaches_a_gpu_node_whatever_a_tenant_creates_or_edits(
+    applied: AppliedStack, namespace: str
+) -> None:
+    """In a namespace outside admission.poolNamespaces, a pod that asks for no GPU is refused
+    bound to a pool node (the kubelet checks only NoExecute taints), tolerating every taint,
+    or given such a toleration by an update while Pending; a DaemonSet that tolerates every
+    taint gets no pod; in the monitoring namespace the same pod is admitted."""
+    core, apps = _core(applied), client.AppsV1Api(applied.api_client())
+    node = applied.gpu_nodes[0]
+    every_taint = [{"operator": "Exists"}]
+    assert "spec.nodeName is" in _refused(
+        lambda: core.create_namespaced_pod(namespace, _cpu_pod("bound", nodeName=node))
+    )
+    assert "but tolerates the GPU pool's taint" in _refused(
+        lambda: core.create_namespaced_pod(namespace, _cpu_pod("open", tolerations=every_taint))
+    )
+    waiting = _cpu_pod("waiting", nodeSelector={"kubernetes.io/hostname": node})
+    core.create_namespaced_pod(namespace, waiting)
+    # A pod's tolerations may only grow: the update keeps those the API server gave it.
+    given = core.read_namespaced_pod("waiting", namespace).spec.tolerations or []
+    grown = [*(core.api_client.sanitize_for_serialization(t) for t in given), *every_taint]
+    assert "is updated to tolerate the GPU pool's taint" in _refused(
+        lambda: core.patch_namespaced_pod("waiting", namespace, {"spec": {"tolerations": grown}})
+    )
+    template = _cpu_pod("agent", tolerations=every_taint)
+    daemon_set: Any = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": {"metadata": template["metadata"], "spec": template["spec"]},
+        },
+    }
+    apps.create_namespaced_daemon_set(namespace, daemon_set)
+
+    def refused_creates() -> list[str]:
+        events = core.list_namespaced_event(
+            namespace, field_selector="involvedObject.name=agent,reason=FailedCreate"
+        ).items
+        return [e.message for e in events if "the pool's nodes take GPU pods" in (e.message or "")]
+
+    deadline = time.monotonic() + 60.0
+    while not refused_creates() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert refused_creates(), "the DaemonSet controller's pod creates were not refused"
+    time.sleep(SETTLE_SECONDS)
+    pods = core.list_namespaced_pod(namespace).items
+    assert [p.metadata.name for p in pods] == ["waiting"]
+    assert not core.read_namespaced_pod("waiting", namespace).spec.node_name
+    # The monitoring namespace is the pool's (its node agents run on every node): the same pod
+    # is admitted there (a dry run: the local charts run no node agent of their own).
+    monitoring = stack_config(applied.stack).get("monitoring") or {}
+    if monitoring.get("enabled"):
+        agent = _cpu_pod("node-agent", nodeName=node, tolerations=every_taint)
+        core.create_namespaced_pod(monitoring.get("namespace", "monitoring"), agent, dry_run="All")
 
 
 def test_the_stack_pods_run_and_its_processes_serve(applied: AppliedStack) -> None:

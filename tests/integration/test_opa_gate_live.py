@@ -3,7 +3,7 @@
 The engines are registered from the component's own builders (tests/integration/gate_live.py):
 the webhook pointed at a local OPA started as the Deployment starts it, the
 ValidatingAdmissionPolicy, the MutatingAdmissionPolicy. Pods are created with dryRun=All, so
-nothing is stored, except the pods of the sample table's `debug` rows, created for real to get
+nothing is stored, except the pods of the sample table's `debug` and `tolerate` rows, created for real to get
 an ephemeral container and deleted again. The control plane is shared by the session: each
 engine is active only inside its fixture, which removes it (and waits until the API server has
 forgotten it) even when the test fails.
@@ -54,7 +54,7 @@ from tests.integration.gate_live import (
     tolerates,
     wait_for,
 )
-from tests.opa_gate.gate_samples import Identity, Sample, load_samples
+from tests.opa_gate.gate_samples import Identity, Namespace, Sample, load_samples
 from tools.harness import LocalControlPlane
 
 # The table of sample pods and the gate data it is written for.
@@ -94,6 +94,17 @@ GATE_NAMESPACE = f"gate-own-{uuid.uuid4().hex[:8]}"
 SERVING_NAMESPACE = f"gate-serving-{uuid.uuid4().hex[:8]}"
 # The namespace the samples are created in (tenants' pods), and the one BYPASS_LABEL marks.
 GATED_NAMESPACE = f"gate-team-{uuid.uuid4().hex[:8]}"
+
+
+def _names(operator: OperatorPods | None) -> dict[Namespace, str]:
+    """The test's name for each namespace kind of the sample table."""
+    return {
+        "gated": GATED_NAMESPACE,
+        "operator": operator.namespace if operator is not None else "",
+        "serving": SERVING_NAMESPACE,
+    }
+
+
 GATES = {
     source: Gate(
         config=gate_data(
@@ -103,13 +114,8 @@ GATES = {
             operator_pods=operator,
             pool_toleration=POOL_TOLERATION,
             gang_pods=SAMPLES.gang_pods,
-            gang_namespaces=SAMPLES.gang_namespace_names(
-                {
-                    "gated": GATED_NAMESPACE,
-                    "operator": operator.namespace if operator is not None else "",
-                    "serving": SERVING_NAMESPACE,
-                }
-            ),
+            gang_namespaces=SAMPLES.gang_namespace_names(_names(operator)),
+            **SAMPLES.pool_fence(_names(operator)),
             priority_classes=SAMPLES.priority_classes,
             priority_class_namespaces=[SERVING_NAMESPACE],
         ),
@@ -375,7 +381,8 @@ def test_opa_gate_live_admits_gpu_pod_in_excluded_namespace(
 
 
 def _pool_pod(name: str) -> Any:
-    """A CPU pod that tolerates the GPU pool's taint: a pool pod, kept on the scheduler."""
+    """A CPU pod that tolerates the GPU pool's taint: in the pool's namespaces (`serving`) a
+    pool pod, kept on the scheduler; refused elsewhere."""
     pod: Any = gpu_pod(name, CPU)
     pod.spec.tolerations = [client.V1Toleration(key=POOL_TAINT["key"], operator="Exists")]
     return pod
@@ -384,13 +391,26 @@ def _pool_pod(name: str) -> Any:
 def test_opa_gate_live_denies_pool_pod_without_scheduler_name(
     engine: str, api_client: Any, namespaces: Namespaces
 ) -> None:
-    outcome = create(api_client, namespaces.gated, _pool_pod("prep-0"))
+    outcome = create(api_client, namespaces.serving, _pool_pod("prep-0"))
     denial = DENIAL[engine].match(outcome or "")
     assert denial, f"not denied by {engine}: {outcome}"
     assert denial["message"] == (
-        f'pod "{namespaces.gated}/prep-0" tolerates the GPU pool\'s taint {POOL_TAINT["key"]}'
+        f'pod "{namespaces.serving}/prep-0" tolerates the GPU pool\'s taint {POOL_TAINT["key"]}'
         ' but spec.schedulerName is "default-scheduler"; pods that tolerate it must set'
         f" spec.schedulerName: {SCHEDULER} (one scheduler places every pod on the pool's nodes)"
+    )
+
+
+def test_opa_gate_live_denies_pool_pod_outside_the_pools_namespaces(
+    engine: str, api_client: Any, namespaces: Namespaces
+) -> None:
+    outcome = create(api_client, namespaces.gated, _pool_pod("prep-2"))
+    denial = DENIAL[engine].match(outcome or "")
+    assert denial, f"not denied by {engine}: {outcome}"
+    assert denial["message"] == (
+        f'pod "{namespaces.gated}/prep-2" asks for no GPU but tolerates the GPU pool\'s taint '
+        f"{POOL_TAINT['key']}; the pool's nodes take GPU pods, and pods in namespaces: "
+        f"{namespaces.serving}, and pods of DaemonSets: {namespaces.gated}/node-agent"
     )
 
 
@@ -451,7 +471,7 @@ def test_opa_gate_live_routing_leaves_cpu_pods_alone(
 def test_opa_gate_live_routing_routes_a_pool_pod(
     routing: None, api_client: Any, namespaces: Namespaces
 ) -> None:
-    pod = admitted(api_client, namespaces.gated, _pool_pod("prep-routed"))
+    pod = admitted(api_client, namespaces.serving, _pool_pod("prep-routed"))
     assert pod.spec.scheduler_name == SCHEDULER
     # Its own toleration covers the taint: the gate adds none.
     assert _pool_tolerations(pod) == [("nvidia.com/gpu", "Exists", None, None)]
@@ -610,11 +630,12 @@ def _create_sample(
         return create(who, namespace, pod)
 
 
-def _debug(
+def _update(
     admin: Any, creator: Any, namespace: str, sample: Sample, name: str
 ) -> tuple[str | None, str | None]:
-    """Create the sample's pod for real (bound to `sample.bind`), then add its ephemeral
-    container through pods/ephemeralcontainers (dry run), as `kubectl debug` does:
+    """Create the sample's pod for real (bound to `sample.bind`), then update it (dry run):
+    add its ephemeral container through pods/ephemeralcontainers, as `kubectl debug` does, or
+    as its creator add its tolerations to the pod itself:
     (why the pod could not be made, or None; the update's refusal, or None)."""
     core, as_creator = client.CoreV1Api(admin), client.CoreV1Api(creator)
     try:
@@ -631,12 +652,18 @@ def _debug(
             # The Status it answers is no Binding: read raw.
             core.create_namespaced_pod_binding(name, namespace, binding, _preload_content=False)
         pod: Any = core.read_namespaced_pod(name, namespace)
-        pod.spec.ephemeral_containers = [
-            *(pod.spec.ephemeral_containers or []),
-            sample.debug_container(),
-        ]
         try:
-            core.replace_namespaced_pod_ephemeralcontainers(name, namespace, pod, dry_run="All")
+            if sample.debug is not None:
+                pod.spec.ephemeral_containers = [
+                    *(pod.spec.ephemeral_containers or []),
+                    sample.debug_container(),
+                ]
+                core.replace_namespaced_pod_ephemeralcontainers(name, namespace, pod, dry_run="All")
+            else:
+                tolerations = [*(pod.spec.tolerations or []), *(sample.tolerate or [])]
+                client.CoreV1Api(creator).patch_namespaced_pod(
+                    name, namespace, {"spec": {"tolerations": tolerations}}, dry_run="All"
+                )
         except ApiException as exc:
             message = refusal(exc)
             if message is None:
@@ -681,14 +708,14 @@ def _judge_table(
             wanted = sample.wanted(f"{namespace}/{name}", namespaces.serving)
             creator = sample.creator(namespaces.operators[source], namespace)
             with _client_as(cp, creator, api_client) as who:
-                if sample.debug is not None:
-                    broken, message = _debug(api_client, who, namespace, sample, name)
+                if sample.updates:
+                    broken, message = _update(api_client, who, namespace, sample, name)
                     if broken is not None:
                         wrong.append(f"{engine} {sample.name}: {broken}")
                         continue
                     if message is None:
                         if expected != "allowed":
-                            wrong.append(f"{engine} {sample.name}: debug container added")
+                            wrong.append(f"{engine} {sample.name}: update admitted")
                         continue
                 else:
                     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypedDict, cast
 
 import yaml
 
@@ -84,6 +84,14 @@ class Sample:
     debug: dict[str, Any] | None = None
     """An ephemeral container (its env) added to the created pod by an UPDATE of
     pods/ephemeralcontainers, as `kubectl debug` adds one: the verdicts are this update's."""
+    tolerate: list[dict[str, Any]] | None = None
+    """Tolerations added to the created pod by an UPDATE of the pod (a pod's tolerations may
+    grow): the verdicts are this update's."""
+
+    @property
+    def updates(self) -> bool:
+        """Whether the verdicts are those of an update of the created pod, not its creation."""
+        return self.debug is not None or self.tolerate is not None
 
     def verdict(self, engine: str) -> Verdict:
         return self.route if engine == ROUTING_ENGINE else self.refuse
@@ -235,6 +243,14 @@ class DraTable:
         )
 
 
+class PoolFence(TypedDict):
+    """gate_data()'s arguments for the pool's nodes and where pods without a GPU may run there."""
+
+    pool_nodes: list[str]
+    pool_namespaces: list[str]
+    pool_daemonsets: list[str]
+
+
 @dataclass(frozen=True)
 class SampleTable:
     scheduler: str
@@ -246,6 +262,13 @@ class SampleTable:
     """Whether the stack's scheduler places gangs (scheduler.gangScheduling)."""
     gang_namespaces: tuple[Namespace, ...]
     """The namespaces (by kind) whose PodGroups it places (scheduler.gangNamespaces)."""
+    pool_nodes: list[str]
+    """The GPU pool's nodes (TaintedGpuPool's nodes)."""
+    pool_namespaces: tuple[Namespace, ...]
+    """The namespaces (by kind) whose pods may run on them without a GPU
+    (admission.poolNamespaces)."""
+    pool_daemonsets: tuple[tuple[Namespace, str], ...]
+    """The DaemonSets (namespace kind, name) whose pods may (admission.poolDaemonSets)."""
     priority_classes: list[str]
     """The stack's PriorityClasses (GpuPriorityClasses' names): for GPU pods, and for pods in
     the `serving` namespace (the gate data's priority_class_namespaces)."""
@@ -259,6 +282,15 @@ class SampleTable:
     def gang_namespace_names(self, names: Mapping[Namespace, str]) -> list[str]:
         """The gate data's gang_namespaces, with `names` the test's name for each kind."""
         return [names[kind] for kind in self.gang_namespaces]
+
+    def pool_fence(self, names: Mapping[Namespace, str]) -> PoolFence:
+        """gate_data()'s pool_nodes, pool_namespaces and pool_daemonsets, with `names` the
+        test's name for each namespace kind."""
+        return {
+            "pool_nodes": list(self.pool_nodes),
+            "pool_namespaces": [names[kind] for kind in self.pool_namespaces],
+            "pool_daemonsets": [f"{names[kind]}/{name}" for kind, name in self.pool_daemonsets],
+        }
 
     def priority_class_objects(self) -> list[dict[str, Any]]:
         """The PriorityClasses the samples name (scheduling.k8s.io/v1), as a live test creates
@@ -312,6 +344,7 @@ def _samples(entries: list[Any]) -> list[Sample]:
                 metadata=entry.get("metadata"),
                 bind=entry.get("bind"),
                 debug=entry.get("debug"),
+                tolerate=entry.get("tolerate"),
             )
         )
     return samples
@@ -341,6 +374,12 @@ def load_samples(path: Path = SAMPLES_FILE) -> SampleTable:
         pool_taint=dict(raw["pool_taint"]),
         gang_pods=bool(raw.get("gang_pods", False)),
         gang_namespaces=_namespace_kinds(raw.get("gang_namespaces", [])),
+        pool_nodes=list(raw.get("pool_nodes", [])),
+        pool_namespaces=_namespace_kinds(raw.get("pool_namespaces", [])),
+        pool_daemonsets=tuple(
+            (_namespace_kinds([d["namespace"]])[0], d["name"])
+            for d in raw.get("pool_daemonsets", [])
+        ),
         priority_classes=list(raw.get("priority_classes", [])),
         other_priority_classes=list(raw.get("other_priority_classes", [])),
         samples=_samples(raw["samples"]),

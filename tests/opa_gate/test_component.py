@@ -145,6 +145,7 @@ def test_opa_gate_webhook_uses_config() -> None:
     assert (hook["failurePolicy"], hook["timeoutSeconds"]) == ("Ignore", 3)
     assert [(r["operations"], r["resources"]) for r in hook["rules"]] == [
         (["CREATE"], ["pods"]),
+        (["UPDATE"], ["pods"]),
         (["UPDATE"], ["pods/ephemeralcontainers"]),
     ]
 

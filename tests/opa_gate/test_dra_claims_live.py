@@ -44,6 +44,7 @@ from tests.opa_gate.gate_samples import (
     DRA_ENGINES,
     RESOURCE_API,
     ROUTING_ENGINE,
+    Namespace,
     Sample,
     load_samples,
 )
@@ -70,6 +71,14 @@ DENIAL = re.compile(
 GATE_POLICIES = {GATE_NAME, *(claim_policy_name(k) for k in CLAIM_KINDS)}
 
 
+# The name of each namespace kind of the sample table.
+NAMES: dict[Namespace, str] = {
+    "gated": GATED_NAMESPACE,
+    "operator": "gpu-operator",
+    "serving": SERVING_NAMESPACE,
+}
+
+
 def _params() -> dict[str, str]:
     """A DRA stack's gate data: the driver's GPU DeviceClasses and their extended resources."""
     return gate_data(
@@ -78,9 +87,8 @@ def _params() -> dict[str, str]:
         (),
         pool_toleration=Taint.model_validate(POOL_TAINT).toleration(),
         gang_pods=SAMPLES.gang_pods,
-        gang_namespaces=SAMPLES.gang_namespace_names(
-            {"gated": GATED_NAMESPACE, "operator": "gpu-operator", "serving": SERVING_NAMESPACE}
-        ),
+        gang_namespaces=SAMPLES.gang_namespace_names(NAMES),
+        **SAMPLES.pool_fence(NAMES),
         device_classes=TABLE.device_classes,
         priority_classes=SAMPLES.priority_classes,
         priority_class_namespaces=[SERVING_NAMESPACE],

@@ -34,6 +34,7 @@ from components.opa_gate.manifests import (
     opa_run_args,
     opa_service_spec,
     pod_create_rule,
+    pod_update_rule,
     policy_files,
     routing_binding_spec,
     routing_policy_spec,
@@ -46,6 +47,13 @@ CONFIG = gate_data("gpu-binpack-scheduler", ["example.com/dongle"], [])
 TOLERATION = {"key": "gpu-cluster.io/gpu", "operator": "Exists", "effect": "NoSchedule"}
 POD_CREATE = {
     "operations": ["CREATE"],
+    "apiGroups": [""],
+    "apiVersions": ["v1"],
+    "resources": ["pods"],
+}
+# A pod's tolerations may grow through an update of the pod itself.
+POD_UPDATE = {
+    "operations": ["UPDATE"],
     "apiGroups": [""],
     "apiVersions": ["v1"],
     "resources": ["pods"],
@@ -120,13 +128,14 @@ def test_opa_gate_manifests_every_engine_excludes_kube_system_and_the_gate_by_na
             lambda: _webhook()["rules"],
             [
                 {**POD_CREATE, "scope": "Namespaced"},
+                {**POD_UPDATE, "scope": "Namespaced"},
                 {**EPHEMERAL_CONTAINERS_UPDATE, "scope": "Namespaced"},
             ],
         ),
         (
             "validating-admission-policy",
             lambda: admission_policy_spec(CONFIG)["matchConstraints"]["resourceRules"],
-            [POD_CREATE, EPHEMERAL_CONTAINERS_UPDATE],
+            [POD_CREATE, POD_UPDATE, EPHEMERAL_CONTAINERS_UPDATE],
         ),
         # Routing mutates only what is being created.
         (
@@ -136,12 +145,13 @@ def test_opa_gate_manifests_every_engine_excludes_kube_system_and_the_gate_by_na
         ),
     ],
 )
-def test_opa_gate_manifests_every_engine_judges_pod_creates_and_added_ephemeral_containers(
+def test_opa_gate_manifests_every_engine_judges_pod_creates_updates_and_added_ephemeral_containers(
     engine: str, rules: Callable[[], list[dict[str, Any]]], expected: list[dict[str, Any]]
 ) -> None:
     assert pod_create_rule() == POD_CREATE
     assert ephemeral_containers_rule() == EPHEMERAL_CONTAINERS_UPDATE
-    assert judged_rules() == [POD_CREATE, EPHEMERAL_CONTAINERS_UPDATE]
+    assert pod_update_rule() == POD_UPDATE
+    assert judged_rules() == [POD_CREATE, POD_UPDATE, EPHEMERAL_CONTAINERS_UPDATE]
     assert rules() == expected
 
 
@@ -346,7 +356,9 @@ def test_opa_gate_manifests_native_policies_judge_priority_classes_on_creation_o
 
 def test_opa_gate_manifests_native_policies_read_the_pool_from_their_parameter() -> None:
     validations = admission_policy_spec(CONFIG)["validations"]
-    (pool_rule,) = [v for v in validations if "pool's taint" in v["messageExpression"]]
+    (pool_rule,) = [
+        v for v in validations if "(one scheduler places every pod" in v["messageExpression"]
+    ]
     assert "!variables.poolPod" in pool_rule["expression"]
 
 

@@ -127,10 +127,13 @@ def test_gate_samples_dra_rows_cover_gpu_and_other_claims_of_both_kinds() -> Non
     verdicts = {
         s.name: (dra.asks_for_gpu(s), s.route)
         for s in dra.samples
-        if s.spec.get("priorityClassName") not in classes and not _sets_visible_devices(s)
+        if s.spec.get("priorityClassName") not in classes
+        and not _sets_visible_devices(s)
+        and not s.spec.get("tolerations")
     }
     # Every GPU claim pod is routed or refused; every other claim pod left alone (unless it
-    # names one of the stack's PriorityClasses or sets NVIDIA_VISIBLE_DEVICES).
+    # names one of the stack's PriorityClasses, sets NVIDIA_VISIBLE_DEVICES or tolerates
+    # taints: the pool's rule judges it).
     for name, (asks, route) in verdicts.items():
         assert (route != "allowed") == asks or name.endswith("on-the-gates-scheduler"), name
 

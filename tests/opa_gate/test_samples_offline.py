@@ -68,14 +68,13 @@ OPERATORS: dict[str, OperatorPods | None] = {
 ENGINES = (*REFUSING_ENGINES, ROUTING_ENGINE)
 
 
-def _gang_namespaces(operator: OperatorPods | None) -> list[str]:
-    """The table's gang namespaces by name: the gated one, the operator's, not `serving`."""
-    names: dict[Namespace, str] = {
+def _names(operator: OperatorPods | None) -> dict[Namespace, str]:
+    """The name of each namespace kind of the sample table."""
+    return {
         "gated": GATED_NAMESPACE,
         "operator": operator.namespace if operator is not None else "gpu-operator",
         "serving": SERVING_NAMESPACE,
     }
-    return SAMPLES.gang_namespace_names(names)
 
 
 def _params(operator: OperatorPods | None) -> dict[str, str]:
@@ -86,7 +85,8 @@ def _params(operator: OperatorPods | None) -> dict[str, str]:
         operator_pods=operator,
         pool_toleration=POOL_TOLERATION,
         gang_pods=SAMPLES.gang_pods,
-        gang_namespaces=_gang_namespaces(operator),
+        gang_namespaces=SAMPLES.gang_namespace_names(_names(operator)),
+        **SAMPLES.pool_fence(_names(operator)),
         priority_classes=SAMPLES.priority_classes,
         priority_class_namespaces=[SERVING_NAMESPACE],
     )
@@ -101,7 +101,8 @@ def _dra_params(operator: OperatorPods | None) -> dict[str, str]:
         operator_pods=operator,
         pool_toleration=POOL_TOLERATION,
         gang_pods=SAMPLES.gang_pods,
-        gang_namespaces=_gang_namespaces(operator),
+        gang_namespaces=SAMPLES.gang_namespace_names(_names(operator)),
+        **SAMPLES.pool_fence(_names(operator)),
         device_classes=SAMPLES.dra.device_classes,
         priority_classes=SAMPLES.priority_classes,
         priority_class_namespaces=[SERVING_NAMESPACE],
@@ -131,7 +132,8 @@ def _defaulted(pod: dict[str, Any]) -> dict[str, Any]:
 
 def _request(sample: Sample, index: int, source: str) -> dict[str, Any]:
     """The admission request of a sample: a pod CREATE, or for a `debug` row the UPDATE of
-    pods/ephemeralcontainers that adds its container to the pod, bound as `bind` says."""
+    pods/ephemeralcontainers that adds its container to the pod, for a `tolerate` row the
+    UPDATE of the pod that adds its tolerations, bound as `bind` says."""
     name = f"sample-{index}"
     operator = _operator_namespace(source)
     namespace = {"operator": operator, "serving": SERVING_NAMESPACE}.get(
@@ -149,16 +151,22 @@ def _request(sample: Sample, index: int, source: str) -> dict[str, Any]:
         "oldObject": None,
         "userInfo": {"username": creator.user, "groups": list(creator.groups)},
         # The routing policy matches pod creations only.
-        "mutate": sample.debug is None,
+        "mutate": not sample.updates,
     }
-    if sample.debug is not None:
+    if sample.updates:
         old = copy.deepcopy(pod)
         if sample.bind is not None:
             old["spec"]["nodeName"] = sample.bind
         new = copy.deepcopy(old)
-        new["spec"]["ephemeralContainers"] = [sample.debug_container()]
-        request.update(operation="UPDATE", subResource="ephemeralcontainers", object=new)
-        request["oldObject"] = old
+        if sample.debug is not None:
+            new["spec"]["ephemeralContainers"] = [sample.debug_container()]
+            request.update(subResource="ephemeralcontainers")
+        else:
+            new["spec"]["tolerations"] = [
+                *old["spec"].get("tolerations", []),
+                *(sample.tolerate or []),
+            ]
+        request.update(operation="UPDATE", object=new, oldObject=old)
     return request
 
 
