@@ -40,13 +40,13 @@ from components.binpack_scheduler.settings import (
     GANG_RESOURCE,
 )
 from components.cluster_access import (
-    check_pool_toleration,
     check_pool_workloads,
     check_served_api,
     check_version_skew,
 )
 from components.gpu_resources import is_gpu_resource
 from components.opa_gate.manifests import excluded_namespaces
+from components.opa_gate.preview import check_pool_toleration
 from components.opa_gate.settings import DEFAULT_GATE_NAMESPACE
 from stack_config import load_stack_config, server_toleration_of
 
@@ -161,7 +161,9 @@ with ClusterAccess.create(
     if config.gpu_operator.enabled:
         gpu_operator = GpuOperator(
             "gpu-operator",
-            GpuOperatorArgs.from_settings(config.gpu_operator, access=access, taint=gpu_pool.taint),
+            GpuOperatorArgs.from_settings(
+                config.gpu_operator, access=access, pool_toleration=gpu_pool.toleration
+            ),
         )
 
     # After ControlPlaneFeatures when it turns on what the scheduler needs (gangs: the

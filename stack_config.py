@@ -198,7 +198,7 @@ def pool_toleration_of(config: StackConfig) -> Problem | None:
 def server_toleration_of(config: StackConfig) -> str | None:
     """The GPU resource whose pods tolerate the pool's taint under `config` only if the
     cluster's API server runs ExtendedResourceToleration: the question the preview asks the
-    cluster (__main__.py, components/cluster_access.py check_pool_toleration); None when the
+    cluster (__main__.py, components/opa_gate/preview.py check_pool_toleration); None when the
     config alone decides."""
     return server_toleration_resource(**_pool_toleration_facts(config))
 

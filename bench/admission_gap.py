@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import ADMISSION_GAP, write_rows
-from components.gpu_operator.settings import DRA_DEVICE_CLASSES, DRA_DRIVER, GPU_DEVICE_CLASS
+from components.gpu_resources import DRA_DEVICE_CLASSES, DRA_DRIVER, GPU_DEVICE_CLASS
 from components.kubernetes_names import service_account_user
 from components.opa_gate.manifests import allocation_objects, gate_data, native_objects
 from tools.harness import LocalControlPlane

@@ -24,7 +24,7 @@ from typing import Any
 
 from bench.openb_trace import TraceNode
 from bench.replay_results import GPU
-from components.gpu_operator.settings import GPU_DEVICE_CLASS
+from components.gpu_resources import GPU_DEVICE_CLASS
 from tools.harness.dra import (
     RESOURCE_API,
     claim_pod_spec,

@@ -14,8 +14,9 @@ from components.extended_resource_nodes.component import (
     ExtendedResourceNodesArgs,
 )
 from components.gpu_operator.component import GpuOperator, GpuOperatorArgs
-from components.gpu_operator.settings import DcgmTarget, TimeSlicing
+from components.gpu_operator.settings import TimeSlicing
 from components.gpu_priority_classes.component import GpuPriorityClasses, GpuPriorityClassesArgs
+from components.handoffs import DcgmTarget
 from components.monitoring_stack.component import MonitoringStack, MonitoringStackArgs
 from components.opa_gate.component import OpaGate, OpaGateArgs
 from components.tainted_gpu_pool.component import TaintedGpuPool, TaintedGpuPoolArgs

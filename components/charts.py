@@ -1,8 +1,9 @@
 """Where a Helm chart comes from: pinned chart versions, chart repositories (HTTP or OCI) and
-local chart archives, and the Helm Release arguments for each."""
+local chart archives, the Helm Release arguments for each, and how chart values merge."""
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -68,3 +69,15 @@ def chart_version(example: str) -> Rule:
 def free_values(allowed: str = "expected an object of chart values") -> Rule:
     """Free-form chart values: any object with string keys, kept as written."""
     return Rule(allowed, lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v))
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` with `override` merged in: objects merge key by key, anything else replaces."""
+    merged = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        current = merged.get(key)
+        if isinstance(current, Mapping) and isinstance(value, Mapping):
+            merged[key] = deep_merge(current, value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged

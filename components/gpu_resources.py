@@ -20,9 +20,37 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 from components.kubernetes_names import extended_resource_problem
 from components.settings import problem, text
+
+# How GPUs reach pods: the device plugin's extended resources (the GPU Operator's ClusterPolicy),
+# or the DRA Driver for NVIDIA GPUs publishing them in ResourceSlices (its GPUCluster). One model
+# per cluster.
+Allocation = Literal["device-plugin", "dra"]
+# The DeviceClasses the GPU Operator's GPUCluster installs: whole GPUs and MIG devices the MIG layout already made
+# (each profile a device of mig.nvidia.com, chosen in the claim, so no MIG strategy applies).
+# vfio.gpu.nvidia.com needs the driver's alpha PassthroughSupport gate and is left out.
+GPU_DEVICE_CLASS = "gpu.nvidia.com"
+# The driver whose node-local ResourceSlices publish the GPUs (their spec.driver; the device
+# attributes `type` gpu|mig and `profile` are in its attribute domain).
+DRA_DRIVER = "gpu.nvidia.com"
+MIG_DEVICE_CLASS = "mig.nvidia.com"
+DRA_DEVICE_CLASSES = (GPU_DEVICE_CLASS, MIG_DEVICE_CLASS)
+# With DRAExtendedResource (beta and on by default in v1.36, GA in v1.37) a container may ask
+# for `deviceclass.resource.kubernetes.io/<class>`, the implicit extended resource name of a
+# DeviceClass without spec.extendedResourceName (GPUCluster's set none: nvidia.com/gpu is not
+# theirs). kube-scheduler's DynamicResources plugin allocates it from the ResourceSlices.
+# Ref: k8s.io/api@v0.37.2 resource/v1/types.go (ResourceDeviceClassPrefix)
+DEVICE_CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
+
+
+def allocation_device_classes(allocation: Allocation) -> tuple[str, ...]:
+    """The DeviceClasses whose claims are GPU requests with `allocation` (none with the device
+    plugin)."""
+    return DRA_DEVICE_CLASSES if allocation == "dra" else ()
+
 
 # NICs NVIDIA's Network Operator advertises in the nvidia.com domain, none of them a GPU: the
 # SR-IOV network device plugin's resources (NicClusterPolicy sriovDevicePlugin, resourcePrefix

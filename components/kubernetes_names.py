@@ -47,6 +47,14 @@ def is_qualified_name(value: str) -> bool:
     return 0 < len(name) <= 63 and _QUALIFIED_NAME_PART.fullmatch(name) is not None
 
 
+# Who creates a DaemonSet's pods: kube-controller-manager, as its daemon-set-controller
+# ServiceAccount with --use-service-account-credentials (kubeadm's default), else as itself.
+DAEMONSET_CONTROLLERS = (
+    "system:kube-controller-manager",
+    "system:serviceaccount:kube-system:daemon-set-controller",
+)
+
+
 def service_account_user(namespace: str, name: str) -> str:
     """The username the API server authenticates a ServiceAccount's tokens as.
     Ref: https://kubernetes.io/docs/reference/access-authn-authz/authentication/#service-account-tokens

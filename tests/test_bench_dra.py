@@ -23,7 +23,7 @@ from bench.dra import (
 from bench.openb_trace import TraceNode, TracePod
 from bench.replay_cluster import ReplayCluster, node_capacity, pod_object, render
 from bench.replay_results import GPU, compute_metrics
-from components.gpu_operator.settings import GPU_DEVICE_CLASS
+from components.gpu_resources import GPU_DEVICE_CLASS
 from tools.harness.dra import DRIVER
 
 

@@ -83,3 +83,55 @@ def test_layers_readme_table_is_the_generated_one_on_a_page_of_at_most_16_kib() 
     current = README_FILE.read_text()
     assert current == readme_text(current), "run: python -m tools.config_docs"
     assert layer_table().count("\n") == len(LAYERS) + 2
+
+
+def _shared_modules() -> set[str]:
+    """The shared modules: components/*.py and components/providers/, which any layer may use."""
+    root = ROOT / "components"
+    modules = {f"components.{p.stem}" for p in root.glob("*.py") if p.stem != "__init__"}
+    return modules | {"components.providers"}
+
+
+def _components_imported(path: Path) -> set[str]:
+    """The components.* modules `path` imports, as packages or modules (a name imported from a
+    module is left out; a name imported from the components package is its module, or a name
+    of its __init__, which imports every layer)."""
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "components" and node.level == 0:
+            found.update(f"components.{a.name}" for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return {m for m in found if m == "components" or m.startswith("components.")}
+
+
+@pytest.mark.parametrize("layer", LAYERS, ids=lambda row: row.component)
+def test_layers_a_layer_imports_only_the_shared_modules_and_itself(layer: LayerRow) -> None:
+    """Layers meet only in __main__.py, through what they hand each other
+    (components/handoffs.py): a layer folder never imports another layer."""
+    folder = folder_of(layer.component)
+    own = f"components.{folder.name}"
+    shared = _shared_modules()
+    crossing = sorted(
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in folder.rglob("*.py")
+        for module in _components_imported(path)
+        if not (module == own or module.startswith(f"{own}."))
+        and not any(module == s or module.startswith(f"{s}.") for s in shared)
+    )
+    assert crossing == []
+
+
+def test_layers_the_shared_modules_import_no_layer() -> None:
+    layers = {f"components.{folder_of(layer.component).name}" for layer in LAYERS}
+    crossing = sorted(
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in (ROOT / "components").glob("*.py")
+        if path.stem != "__init__"
+        for module in _components_imported(path)
+        if any(module == layer or module.startswith(f"{layer}.") for layer in layers)
+    )
+    assert crossing == []

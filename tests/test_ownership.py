@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from components.gpu_operator.manifests import operator_namespace_needs
-from components.gpu_operator.settings import DRA_ADMIN_NAMESPACE_LABEL, Allocation
+from components.gpu_operator.settings import DRA_ADMIN_NAMESPACE_LABEL
+from components.gpu_resources import Allocation
 from components.object_meta import PART_OF, NamespaceLabel
 from components.ownership import (
     HELM_RELEASE_API,

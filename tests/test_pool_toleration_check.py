@@ -1,6 +1,6 @@
 """The preview's question to the cluster for a refusing engine that the stack's own admission
 plugins leave without the pool's toleration: does the API server add it (a dry-run GPU pod,
-components/cluster_access.py check_pool_toleration)? Against a fake API (tests/fake_cluster.py)
+components/opa_gate/preview.py check_pool_toleration)? Against a fake API (tests/fake_cluster.py)
 and a loopback HTTP server, and wired into the whole program under Pulumi mocks.
 tests/integration/test_pool_toleration_probe_live.py asks real kube-apiservers.
 """
@@ -19,12 +19,8 @@ import pytest
 import yaml
 
 from components import cluster_access
-from components.cluster_access import (
-    PROBE_NAMESPACE,
-    check_pool_toleration,
-    pod_dry_run,
-    toleration_probe,
-)
+from components.cluster_access import pod_dry_run
+from components.opa_gate.preview import PROBE_NAMESPACE, check_pool_toleration, toleration_probe
 from components.opa_gate.settings import EXTENDED_RESOURCE_TOLERATION
 from stack_config import ConfigError
 from tests.conftest import Recording, run_program

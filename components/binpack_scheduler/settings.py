@@ -30,14 +30,14 @@ from typing import Annotated, Self
 from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from components.control_plane_features.settings import NO_NEEDS, ControlPlaneNeeds
-from components.gpu_operator.settings import DEVICE_CLASS_RESOURCE_PREFIX
 from components.gpu_resources import (
+    DEVICE_CLASS_RESOURCE_PREFIX,
     GPU_RESOURCE_NAME,
     GPU_RESOURCES_SHOWN,
     GpuResources,
     is_gpu_resource,
 )
+from components.handoffs import NO_NEEDS, ControlPlaneNeeds
 from components.images import IMAGE
 from components.kubernetes_names import is_dns1123_label, is_qualified_name
 from components.settings import BOOL, Settings, between, choice, problem, text, unique

@@ -41,12 +41,8 @@ from components.control_plane_features.commands import (
     stack_directory,
 )
 from components.control_plane_features.provider import KubeadmConfig
-from components.control_plane_features.settings import (
-    DEFAULT_STATE_DIR,
-    NO_NEEDS,
-    ControlPlaneNeeds,
-    ControlPlaneSettings,
-)
+from components.control_plane_features.settings import DEFAULT_STATE_DIR, ControlPlaneSettings
+from components.handoffs import NO_NEEDS, ControlPlaneNeeds
 from components.inventory import NodeSettings
 from components.providers.node_api import stack_identity, stack_label
 from components.settings import PROJECT

@@ -8,8 +8,7 @@ pinned host keys, the SSH key from the top-level secret sshPrivateKey).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, field_validator
@@ -73,19 +72,6 @@ FEATURE_GATE = text(
 
 DEFAULT_STATE_DIR = f"/etc/kubernetes/{PROJECT}"
 """Where hosts keep each stack's kubelet patches and record (a directory per stack id)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ControlPlaneNeeds:
-    """What another layer needs of the control plane: feature gates (API server, controller
-    manager, scheduler) and API versions (--runtime-config), with the key that needs them."""
-
-    key: str
-    feature_gates: Mapping[str, bool] = field(default_factory=dict)
-    runtime_config: Mapping[str, bool] = field(default_factory=dict)
-
-
-NO_NEEDS = ControlPlaneNeeds(key="")
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ decides (set accept-nvidia-visible-devices-envvar-when-unprivileged = false ther
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -52,25 +52,26 @@ from components.gpu_operator.manifests import (
     time_slicing_config_map,
 )
 from components.gpu_operator.settings import (
-    DcgmTarget,
+    DCGM_PORT_NAME,
     GpuOperatorSettings,
-    allocation_device_classes,
     dcgm_service_selector,
 )
+from components.gpu_resources import allocation_device_classes
+from components.handoffs import DcgmTarget
 from components.settings import PROJECT, Runtime
-from components.tainted_gpu_pool.settings import Taint, TaintEffect
 
 TOKEN = f"{PROJECT}:index:GpuOperator"
 RELEASE_NAME = "gpu-operator"
 
 
 class GpuOperatorArgs(GpuOperatorSettings):
-    """Inputs of GpuOperator: its settings, plus the cluster and the pool's taint."""
+    """Inputs of GpuOperator: its settings, plus the cluster and the pool's toleration."""
 
     access: Annotated[ClusterAccess, Runtime()]
     """Cluster provider."""
-    taint: Annotated[pulumi.Output[dict[str, str]] | Mapping[str, str], Runtime()]
-    """The GPU pool's taint {key, value, effect} (TaintedGpuPool.taint); tolerations come from it."""
+    pool_toleration: Annotated[pulumi.Output[dict[str, str]] | Mapping[str, str], Runtime()]
+    """The GPU pool's toleration {key, operator, value, effect} (TaintedGpuPool.toleration),
+    given to the operator's operands."""
 
 
 class GpuOperator(ClusterLayer):
@@ -123,11 +124,7 @@ class GpuOperator(ClusterLayer):
             )
             config_name = time_slicing.metadata.apply(lambda m: str(m["name"]))
 
-        toleration = pulumi.Output.from_input(args.taint).apply(
-            lambda t: Taint(
-                key=t["key"], value=t["value"], effect=cast(TaintEffect, t["effect"])
-            ).toleration()
-        )
+        toleration = pulumi.Output.from_input(args.pool_toleration).apply(dict)
         values = pulumi.Output.all(toleration, config_name).apply(
             lambda v: operator_values(args, v[0], v[1])
         )
@@ -166,7 +163,11 @@ class GpuOperator(ClusterLayer):
         self.chart_version = status.apply(lambda s: str(s.version))
         self.values = values
         self.dcgm_target = (
-            DcgmTarget(namespace=status.apply(lambda s: str(s.namespace)), selector=dcgm_selector)
+            DcgmTarget(
+                namespace=status.apply(lambda s: str(s.namespace)),
+                selector=dcgm_selector,
+                port=DCGM_PORT_NAME,
+            )
             if dcgm_exporter
             else None
         )

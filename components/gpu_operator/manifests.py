@@ -8,38 +8,26 @@ MonitoringStack): that module's docstring.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
+from components.charts import deep_merge
 from components.gpu_operator.settings import (
     DRA_ADMIN_NAMESPACE_LABEL,
     ENVVAR_WHEN_UNPRIVILEGED,
-    Allocation,
     GpuOperatorSettings,
     MigStrategy,
     TimeSlicing,
 )
+from components.gpu_resources import Allocation
 from components.object_meta import PART_OF, NamespaceLabel, namespace_labels, object_meta
 
 # The name the device plugin's time-slicing config is stored under in the ConfigMap.
 TIME_SLICING_KEY = "any"
 TIME_SLICING_CONFIG_MAP = "time-slicing-config"
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
-
-
-def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    """`base` with `override` merged in: objects merge key by key, anything else replaces."""
-    merged = copy.deepcopy(dict(base))
-    for key, value in override.items():
-        current = merged.get(key)
-        if isinstance(current, Mapping) and isinstance(value, Mapping):
-            merged[key] = deep_merge(current, value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
 
 
 def operator_namespace_needs(

@@ -12,24 +12,31 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, get_args
 
 from pydantic import Field, ValidationInfo, model_validator
 
 from components.charts import HELM_REPOSITORY, chart_version, free_values
-from components.gpu_resources import MIG_PREFIX, SHARED_GPU, WHOLE_GPU, GpuResources
+from components.gpu_resources import (
+    DEVICE_CLASS_RESOURCE_PREFIX,
+    DRA_DRIVER,
+    MIG_DEVICE_CLASS,
+    MIG_PREFIX,
+    SHARED_GPU,
+    WHOLE_GPU,
+    Allocation,
+    GpuResources,
+    allocation_device_classes,
+)
+from components.handoffs import OperatorPods
 from components.kubernetes_names import NAMESPACE, service_account_user
 from components.settings import BOOL, Rule, Settings, between, choice, context_value, problem
 
 if TYPE_CHECKING:
-    import pulumi
+    pass
 
 MigStrategy = Literal["none", "single", "mixed"]
 MIG_STRATEGIES: tuple[MigStrategy, ...] = get_args(MigStrategy)
-# How GPUs reach pods: the device plugin's extended resources (ClusterPolicy), or the DRA Driver
-# for NVIDIA GPUs publishing them in ResourceSlices (GPUCluster). One model per cluster.
-Allocation = Literal["device-plugin", "dra"]
 ALLOCATIONS: tuple[Allocation, ...] = get_args(Allocation)
 
 DEFAULT_REPOSITORY = "https://helm.ngc.nvidia.com/nvidia"
@@ -141,14 +148,6 @@ CDI_BY_THE_RUNTIME = (25, 10)
 # Ref: https://github.com/NVIDIA/gpu-operator/blob/main/validator/manifests/plugin-workload-validation.yaml
 # Ref: https://github.com/NVIDIA/gpu-operator/blob/main/validator/manifests/cuda-workload-validation.yaml
 VALIDATOR_SERVICE_ACCOUNT = "nvidia-operator-validator"
-# Who creates a DaemonSet's pods: kube-controller-manager, as its daemon-set-controller
-# ServiceAccount with --use-service-account-credentials (kubeadm's default), else as itself.
-# The operands (the device plugin sets NVIDIA_VISIBLE_DEVICES=all) are DaemonSet pods.
-# Ref: https://github.com/NVIDIA/gpu-operator/blob/main/assets/state-device-plugin/0500_daemonset.yaml
-DAEMONSET_CONTROLLERS = (
-    "system:kube-controller-manager",
-    "system:serviceaccount:kube-system:daemon-set-controller",
-)
 
 # DRA mode: the chart's GPUCluster (nvidia.com/v1alpha1, technology preview) instead of its
 # ClusterPolicy. GPUCluster deploys the DRA Driver for NVIDIA GPUs (its gpus capability always
@@ -162,21 +161,6 @@ DAEMONSET_CONTROLLERS = (
 DRA_CHART = (26, 7)
 # The operator's DRA prerequisite: a served resource.k8s.io DeviceClass API, Kubernetes v1.34.2+.
 DRA_KUBERNETES = (1, 34, 2)
-# The DeviceClasses GPUCluster installs: whole GPUs and MIG devices the MIG layout already made
-# (each profile a device of mig.nvidia.com, chosen in the claim, so no MIG strategy applies).
-# vfio.gpu.nvidia.com needs the driver's alpha PassthroughSupport gate and is left out.
-GPU_DEVICE_CLASS = "gpu.nvidia.com"
-# The driver whose node-local ResourceSlices publish the GPUs (their spec.driver; the device
-# attributes `type` gpu|mig and `profile` are in its attribute domain).
-DRA_DRIVER = "gpu.nvidia.com"
-MIG_DEVICE_CLASS = "mig.nvidia.com"
-DRA_DEVICE_CLASSES = (GPU_DEVICE_CLASS, MIG_DEVICE_CLASS)
-# With DRAExtendedResource (beta and on by default in v1.36, GA in v1.37) a container may ask
-# for `deviceclass.resource.kubernetes.io/<class>`, the implicit extended resource name of a
-# DeviceClass without spec.extendedResourceName (GPUCluster's set none: nvidia.com/gpu is not
-# theirs). kube-scheduler's DynamicResources plugin allocates it from the ResourceSlices.
-# Ref: k8s.io/api@v0.37.2 resource/v1/types.go (ResourceDeviceClassPrefix)
-DEVICE_CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
 _KUBERNETES_VERSION = re.compile(r"v?([0-9]+)\.([0-9]+)\.([0-9]+)", re.ASCII)
 
 
@@ -191,11 +175,6 @@ def dcgm_service_selector(allocation: Allocation) -> Mapping[str, str]:
     return DCGM_DRA_SERVICE_SELECTOR if allocation == "dra" else DCGM_SERVICE_SELECTOR
 
 
-def allocation_device_classes(allocation: Allocation) -> tuple[str, ...]:
-    """The DeviceClasses an operator deployed with `allocation` installs."""
-    return DRA_DEVICE_CLASSES if allocation == "dra" else ()
-
-
 def _nested(values: Mapping[str, Any], *path: str) -> Any:
     """values[path[0]][path[1]]...; None where a step is missing or not an object."""
     current: Any = values
@@ -204,20 +183,6 @@ def _nested(values: Mapping[str, Any], *path: str) -> Any:
             return None
         current = current.get(key)
     return current
-
-
-@dataclass(frozen=True, kw_only=True)
-class OperatorPods:
-    """The pods the GPU Operator itself makes, as admission sees them: created in its own
-    namespace by its validator's ServiceAccount, or by the DaemonSet controller for one of
-    the namespace's DaemonSets (the operands). Nobody else's pods in that namespace."""
-
-    namespace: str
-    """The operator's namespace."""
-    creators: tuple[str, ...]
-    """User names whose pod creations in `namespace` are the operator's (its validator)."""
-    daemonset_controllers: tuple[str, ...] = DAEMONSET_CONTROLLERS
-    """User names that create DaemonSet pods; such a pod of `namespace` is an operand."""
 
 
 class GpuOperatorSettings(Settings):
@@ -467,15 +432,3 @@ class GpuOperatorSettings(Settings):
                 value=enabled,
             )
         return self
-
-
-@dataclass(frozen=True, kw_only=True)
-class DcgmTarget:
-    """Where the operator's dcgm-exporter can be scraped (for exactly one ServiceMonitor)."""
-
-    namespace: pulumi.Input[str]
-    """Namespace of the dcgm-exporter Service (resolves once the release is deployed)."""
-    selector: Mapping[str, str] = field(default_factory=lambda: dict(DCGM_SERVICE_SELECTOR))
-    """Labels of the dcgm-exporter Service."""
-    port: str = DCGM_PORT_NAME
-    """Name of the Service port serving /metrics."""

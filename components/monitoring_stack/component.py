@@ -40,8 +40,8 @@ from pydantic import Field, model_validator
 
 from components.charts import helm_chart
 from components.cluster_access import ClusterAccess, ClusterLayer
-from components.gpu_operator.settings import Allocation, DcgmTarget
-from components.gpu_resources import WHOLE_GPU, GpuResources
+from components.gpu_resources import WHOLE_GPU, Allocation, GpuResources
+from components.handoffs import DcgmTarget
 from components.monitoring_stack.manifests import (
     GATE_ALERTS_RULE,
     dashboard_config_map,

@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from components.gpu_operator.settings import DRA_DRIVER, Allocation
+from components.gpu_resources import DRA_DRIVER, Allocation
 
 RESOURCE_API_GROUP = "resource.k8s.io"
 RESOURCE_API_VERSION = "v1"

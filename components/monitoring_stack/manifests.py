@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 
-from components.gpu_operator.manifests import deep_merge
-from components.gpu_operator.settings import Allocation, DcgmTarget
-from components.gpu_resources import GpuResources
+from components.charts import deep_merge
+from components.gpu_resources import Allocation, GpuResources
+from components.handoffs import DcgmTarget
 from components.monitoring_stack import gpu_series
 from components.monitoring_stack.settings import (
     KUBE_STATE_METRICS,

@@ -74,7 +74,7 @@ import pulumi_tls as tls
 from pydantic import Field, model_validator
 
 from components.cluster_access import ClusterAccess, ClusterLayer
-from components.gpu_operator.settings import OperatorPods
+from components.handoffs import OperatorPods
 from components.opa_gate.manifests import (
     ALLOCATION_POLICY,
     CLAIM_KINDS,

@@ -20,8 +20,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from components.gpu_operator.settings import DAEMONSET_CONTROLLERS
 from components.gpu_resources import gated_names, gated_prefixes
+from components.kubernetes_names import DAEMONSET_CONTROLLERS
 from components.object_meta import PART_OF
 from components.opa_gate.settings import (
     DEFAULT_GATE_NAMESPACE,
@@ -33,7 +33,7 @@ from components.settings import PROJECT
 from policies import gpu_scheduler_cel as cel
 
 if TYPE_CHECKING:
-    from components.gpu_operator.settings import OperatorPods
+    from components.handoffs import OperatorPods
 
 # Set by the API server on every namespace to the namespace's name; it cannot be changed.
 # Ref: https://kubernetes.io/docs/reference/labels-annotations-taints/#kubernetes-io-metadata-name

@@ -17,7 +17,7 @@ while the stack installs one (operator_conflict_problem), and a gate under which
 never tolerate the GPU pool's taint (pool_toleration_problem). What only the cluster knows,
 whether its API server adds that toleration itself (ExtendedResourceToleration), stays out of
 them: server_toleration_resource() names the question, the preview asks it
-(components/cluster_access.py, check_pool_toleration) and server_toleration_problem() judges
+(components/opa_gate/preview.py, check_pool_toleration) and server_toleration_problem() judges
 the answer.
 """
 
@@ -359,7 +359,7 @@ def server_toleration_resource(
     """The GPU resource whose pods tolerate the pool's taint only if the cluster's API server
     runs ExtendedResourceToleration, which the stack does not enable (`admission_plugins`, as
     for pool_toleration_problem()): the cluster is asked at preview with a dry-run pod asking
-    for it (components/cluster_access.py, check_pool_toleration), and
+    for it (components/opa_gate/preview.py, check_pool_toleration), and
     server_toleration_problem() judges the answer. None when the config decides alone: the
     routing engine, a taint that strands nothing, the stack's own plugin, or a pool the plugin
     could not cover anyway (pool_toleration_problem() refuses it)."""

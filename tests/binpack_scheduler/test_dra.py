@@ -16,7 +16,8 @@ from components.binpack_scheduler.manifests import (
     render_config_yaml,
 )
 from components.binpack_scheduler.settings import BinpackSchedulerSettings, SchedulerProfile
-from components.gpu_operator.settings import DEVICE_CLASS_RESOURCE_PREFIX, GpuOperatorSettings
+from components.gpu_operator.settings import GpuOperatorSettings
+from components.gpu_resources import DEVICE_CLASS_RESOURCE_PREFIX
 
 BUILT_IMAGE = "registry.example.com/platform/gpu-binpack-scheduler:v1.37.2"
 DRA_OPERATOR = GpuOperatorSettings.model_validate(

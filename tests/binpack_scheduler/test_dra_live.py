@@ -25,7 +25,8 @@ import yaml
 
 from components.binpack_scheduler.manifests import render_config
 from components.binpack_scheduler.settings import BinpackSchedulerSettings, SchedulerProfile
-from components.gpu_operator.settings import GPU_DEVICE_CLASS, GpuOperatorSettings
+from components.gpu_operator.settings import GpuOperatorSettings
+from components.gpu_resources import GPU_DEVICE_CLASS
 from tests.integration.conftest import require_tools
 from tools.harness import dra
 from tools.harness.cluster import CLUSTER_TOOLS, LocalCluster

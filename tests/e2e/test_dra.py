@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from kubernetes import client, dynamic
 
-from components.gpu_operator.settings import DEVICE_CLASS_RESOURCE_PREFIX, GPU_DEVICE_CLASS
+from components.gpu_resources import DEVICE_CLASS_RESOURCE_PREFIX, GPU_DEVICE_CLASS
 from tools.harness import dra
 from tools.harness.charts import release_values
 from tools.harness.pulumi_engine import project_config as stack_config

@@ -15,14 +15,14 @@ from components import (
     TaintedGpuPoolArgs,
     TimeSlicing,
 )
-from components.gpu_operator.manifests import deep_merge
+from components.charts import deep_merge
 from components.gpu_operator.settings import (
     DEFAULT_REPOSITORY,
     DEFAULT_VERSION,
     GpuOperatorSettings,
-    OperatorPods,
     Switch,
 )
+from components.handoffs import OperatorPods
 from stack_config import ConfigError, parse_stack_config
 from tests.conftest import Recording, Registration, component_access, register
 
@@ -39,7 +39,9 @@ def _make_gpu_operator(taint: Taint | None = None, **overrides: Any) -> Recordin
             "pool",
             TaintedGpuPoolArgs(access=access, nodes=("gpu-1", "gpu-2"), taint=taint or Taint()),
         )
-        GpuOperator("op", GpuOperatorArgs(access=access, taint=pool.taint, **overrides))
+        GpuOperator(
+            "op", GpuOperatorArgs(access=access, pool_toleration=pool.toleration, **overrides)
+        )
 
     return register(build)
 
@@ -237,7 +239,9 @@ def test_gpu_operator_dcgm_target_follows_the_switch() -> None:
         op = GpuOperator(
             "op",
             GpuOperatorArgs(
-                access=access, taint=Taint().as_dict(), dcgm_exporter=Switch(enabled=enabled)
+                access=access,
+                pool_toleration=Taint().toleration(),
+                dcgm_exporter=Switch(enabled=enabled),
             ),
         )
         targets.append(op.dcgm_target)
@@ -359,7 +363,9 @@ def _device_classes(**overrides: Any) -> list[str]:
 
     def build() -> None:
         access = component_access()
-        op = GpuOperator("op", GpuOperatorArgs(access=access, taint=Taint().as_dict(), **overrides))
+        op = GpuOperator(
+            "op", GpuOperatorArgs(access=access, pool_toleration=Taint().toleration(), **overrides)
+        )
         op.device_classes.apply(seen.extend)
 
     register(build)

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 import yaml
 
+from components.charts import deep_merge
 from components.gpu_operator.manifests import (
     TIME_SLICING_KEY,
-    deep_merge,
     operator_namespace,
     operator_namespace_needs,
     operator_values,

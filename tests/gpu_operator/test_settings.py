@@ -9,14 +9,15 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from components.gpu_operator.settings import (
+from components.gpu_operator.settings import GpuOperatorSettings
+from components.gpu_resources import (
     DEVICE_CLASS_RESOURCE_PREFIX,
     DRA_DEVICE_CLASSES,
     GPU_DEVICE_CLASS,
     MIG_DEVICE_CLASS,
-    GpuOperatorSettings,
+    MIG_PREFIX,
+    WHOLE_GPU,
 )
-from components.gpu_resources import MIG_PREFIX, WHOLE_GPU
 from stack_config import ConfigError, parse_stack_config
 
 DRA_CHART = "v26.7.1"

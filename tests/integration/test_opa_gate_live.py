@@ -26,7 +26,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from components.gpu_operator.settings import GpuOperatorSettings, OperatorPods
+from components.gpu_operator.settings import GpuOperatorSettings
+from components.handoffs import OperatorPods
 from components.opa_gate.manifests import (
     OPA_PRIORITY_CLASS,
     gate_data,

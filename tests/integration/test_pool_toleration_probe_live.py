@@ -1,4 +1,4 @@
-"""The preview's question to the cluster (components/cluster_access.py check_pool_toleration)
+"""The preview's question to the cluster (components/opa_gate/preview.py check_pool_toleration)
 asked of real kube-apiservers: a dry-run create of a pod asking for nvidia.com/gpu tells
 whether the API server runs ExtendedResourceToleration, which a refusing engine relies on when
 the stack does not enable the plugin itself.
@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from components.cluster_access import PROBE_NAMESPACE, check_pool_toleration
 from components.opa_gate.manifests import gate_data
+from components.opa_gate.preview import PROBE_NAMESPACE, check_pool_toleration
 from components.opa_gate.settings import EXTENDED_RESOURCE_TOLERATION, ROUTING_ENGINE
 from components.settings import ConfigError
 from components.tainted_gpu_pool.settings import Taint

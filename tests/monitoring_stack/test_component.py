@@ -14,7 +14,11 @@ from typing import Any
 import pytest
 
 from components import ClusterAccess, DcgmTarget, MonitoringStack, MonitoringStackArgs
-from components.gpu_operator.settings import GpuOperatorSettings
+from components.gpu_operator.settings import (
+    DCGM_PORT_NAME,
+    DCGM_SERVICE_SELECTOR,
+    GpuOperatorSettings,
+)
 from components.gpu_resources import GpuResources
 from components.monitoring_stack.manifests import (
     gpu_dashboard,
@@ -47,7 +51,9 @@ def _make_monitoring_stack(**overrides: Any) -> Recording:
         args: dict[str, Any] = {
             "access": access,
             "grafana_admin_password": PASSWORD,
-            "dcgm": DcgmTarget(namespace="gpu-operator"),
+            "dcgm": DcgmTarget(
+                namespace="gpu-operator", selector=DCGM_SERVICE_SELECTOR, port=DCGM_PORT_NAME
+            ),
             **overrides,
         }
         MonitoringStack("mon", MonitoringStackArgs(**args))

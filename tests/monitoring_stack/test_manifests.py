@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from components.gpu_operator.settings import DcgmTarget
 from components.gpu_resources import GpuResources
+from components.handoffs import DcgmTarget
 from components.monitoring_stack.manifests import (
     CERT_NOT_AFTER_METRIC,
     DCGM_ABSENCE_GROUP,

@@ -10,11 +10,12 @@ from typing import Any, Literal, TypedDict, cast
 
 import yaml
 
-from components.gpu_operator.settings import (
+from components.gpu_resources import (
     DEVICE_CLASS_RESOURCE_PREFIX,
     allocation_device_classes,
+    gated_names,
+    gated_prefixes,
 )
-from components.gpu_resources import gated_names, gated_prefixes
 
 SAMPLES_FILE = Path(__file__).resolve().parents[2] / "policies" / "samples.yaml"
 Verdict = Literal["allowed", "routed", "refused"]

@@ -13,12 +13,9 @@ from typing import Any
 import pytest
 
 from components import OpaGate, OpaGateArgs
-from components.gpu_operator.settings import (
-    DRA_DEVICE_CLASSES,
-    DRA_DRIVER,
-    GpuOperatorSettings,
-    OperatorPods,
-)
+from components.gpu_operator.settings import GpuOperatorSettings
+from components.gpu_resources import DRA_DEVICE_CLASSES, DRA_DRIVER
+from components.handoffs import OperatorPods
 from components.kubernetes_names import service_account_user
 from components.opa_gate.manifests import (
     ALLOCATION_POLICY,

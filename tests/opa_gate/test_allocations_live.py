@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from components.gpu_operator.settings import DRA_DRIVER
+from components.gpu_resources import DRA_DRIVER
 from components.kubernetes_names import service_account_user
 from components.opa_gate.manifests import (
     ALLOCATION_POLICY,

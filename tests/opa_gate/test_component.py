@@ -13,8 +13,9 @@ import pulumi
 import pytest
 
 from components import OpaGate, OpaGateArgs
-from components.gpu_operator.settings import GpuOperatorSettings, OperatorPods
+from components.gpu_operator.settings import GpuOperatorSettings
 from components.gpu_resources import gated_names, gated_prefixes, is_gpu_resource
+from components.handoffs import OperatorPods
 from components.opa_gate.manifests import (
     admission_policy_binding_spec,
     admission_policy_spec,

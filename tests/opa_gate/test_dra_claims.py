@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from components import OpaGate, OpaGateArgs
-from components.gpu_operator.settings import DRA_DEVICE_CLASSES, DRA_DRIVER, GpuOperatorSettings
+from components.gpu_operator.settings import GpuOperatorSettings
+from components.gpu_resources import DRA_DEVICE_CLASSES, DRA_DRIVER
 from components.opa_gate.manifests import (
     ALLOCATION_POLICY,
     CLAIM_KINDS,

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from components.gpu_operator.settings import GpuOperatorSettings, OperatorPods
+from components.gpu_operator.settings import GpuOperatorSettings
+from components.handoffs import OperatorPods
 from components.opa_gate.manifests import (
     admission_policy_spec,
     gate_data,

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from components.gpu_operator.settings import DAEMONSET_CONTROLLERS, OperatorPods
 from components.gpu_resources import gated_names, gated_prefixes
+from components.handoffs import OperatorPods
+from components.kubernetes_names import DAEMONSET_CONTROLLERS
 from components.opa_gate.manifests import (
     admission_policy_binding_spec,
     admission_policy_spec,

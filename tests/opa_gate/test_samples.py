@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from components.gpu_operator.settings import DRA_DEVICE_CLASSES
+from components.gpu_resources import DRA_DEVICE_CLASSES
 from components.tainted_gpu_pool.settings import Taint
 from tests.opa_gate.gate_samples import (
     DEBUG_CONTAINER,

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from components.gpu_operator.settings import GpuOperatorSettings, OperatorPods
+from components.gpu_operator.settings import GpuOperatorSettings
+from components.handoffs import OperatorPods
 from components.opa_gate.manifests import (
     CLAIM_KINDS,
     admission_policy_spec,

@@ -368,7 +368,7 @@ def test_gate_tolerations_every_engine_its_version_allows_loads(version: str, en
 # ------------------------------------------------------------------ the cluster's answer
 #
 # The tolerations a pod asking for nvidia.com/gpu alone, created without any, came back with
-# from a dry-run (components/cluster_access.py, check_pool_toleration).
+# from a dry-run (components/opa_gate/preview.py, check_pool_toleration).
 
 TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
 # What DefaultTolerationSeconds gives every pod.

@@ -20,7 +20,7 @@ from typing import Any
 from kubernetes import dynamic
 from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
 
-from components.gpu_operator.settings import DRA_DRIVER, GPU_DEVICE_CLASS, MIG_DEVICE_CLASS
+from components.gpu_resources import DRA_DRIVER, GPU_DEVICE_CLASS, MIG_DEVICE_CLASS
 from tools.harness.fake_nodes import FakeNode, gpu_node
 
 DRIVER = DRA_DRIVER
