@@ -49,6 +49,7 @@ from components.opa_gate.manifests import excluded_namespaces
 from components.opa_gate.preview import check_pool_toleration
 from components.opa_gate.settings import DEFAULT_GATE_NAMESPACE
 from stack_config import load_stack_config, server_toleration_of
+from stack_outputs import export_outputs
 
 config = load_stack_config()
 for warning in config.warnings:
@@ -243,31 +244,41 @@ with ClusterAccess.create(
             GpuPriorityClassesArgs.from_settings(config.priority_classes, access=access),
         )
 
-    pulumi.export("gpuNodes", gpu_pool.nodes)
-    pulumi.export("gpuTaint", gpu_pool.taint)
-    pulumi.export("gpuNodeLabels", gpu_pool.labels)
-    pulumi.export("schedulerName", scheduler.scheduler_name)
-    pulumi.export("schedulerConfig", scheduler.config_yaml)
-    pulumi.export("admissionEngine", gate.engine)
-    pulumi.export("admissionPolicy", gate.policy_name)
-    pulumi.export("advertisedResources", extended.resources)
+    outputs = {
+        "gpuNodes": gpu_pool.nodes,
+        "gpuTaint": gpu_pool.taint,
+        "gpuNodeLabels": gpu_pool.labels,
+        "schedulerName": scheduler.scheduler_name,
+        "schedulerConfig": scheduler.config_yaml,
+        "admissionEngine": gate.engine,
+        "admissionPolicy": gate.policy_name,
+        "advertisedResources": extended.resources,
+    }
     if control_plane is not None:
-        pulumi.export("controlPlaneHosts", control_plane.hosts)
-        pulumi.export("admissionPlugins", control_plane.admission_plugins)
-        pulumi.export("featureGates", control_plane.feature_gates)
-        pulumi.export("skippedFeatureGates", control_plane.skipped_gates)
+        outputs |= {
+            "controlPlaneHosts": control_plane.hosts,
+            "admissionPlugins": control_plane.admission_plugins,
+            "featureGates": control_plane.feature_gates,
+            "skippedFeatureGates": control_plane.skipped_gates,
+        }
     if gpu_operator is not None:
-        pulumi.export("gpuOperatorNamespace", gpu_operator.namespace)
-        pulumi.export("gpuOperatorRelease", gpu_operator.release_status)
-        pulumi.export("gpuOperatorChart", gpu_operator.chart_version)
+        outputs |= {
+            "gpuOperatorNamespace": gpu_operator.namespace,
+            "gpuOperatorRelease": gpu_operator.release_status,
+            "gpuOperatorChart": gpu_operator.chart_version,
+        }
         if config.gpu_operator.allocation == "dra":
-            pulumi.export("gpuDeviceClasses", gpu_operator.device_classes)
+            outputs["gpuDeviceClasses"] = gpu_operator.device_classes
     if monitoring is not None:
-        pulumi.export("monitoringRelease", monitoring.release_status)
-        pulumi.export("grafanaService", monitoring.grafana_service)
-        pulumi.export("gpuDashboard", monitoring.dashboard_name)
-        pulumi.export("gpuDashboardUid", monitoring.dashboard_uid)
-        pulumi.export("gpuAlertRule", monitoring.rule_name)
-        pulumi.export("dcgmServiceMonitor", monitoring.dcgm_service_monitor)
+        outputs |= {
+            "monitoringNamespace": monitoring.namespace,
+            "monitoringRelease": monitoring.release_status,
+            "grafanaService": monitoring.grafana_service,
+            "gpuDashboard": monitoring.dashboard_name,
+            "gpuDashboardUid": monitoring.dashboard_uid,
+            "gpuAlertRule": monitoring.rule_name,
+            "dcgmServiceMonitor": monitoring.dcgm_service_monitor,
+        }
     if priority_classes is not None:
-        pulumi.export("gpuPriorityClasses", priority_classes.names)
+        outputs["gpuPriorityClasses"] = priority_classes.names
+    export_outputs(outputs)

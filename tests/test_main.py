@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import json
+import re
 import runpy
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+import stack_config as stack_config_module
+import stack_outputs
 from components.cluster_access import CLAIM_KEY, CLAIM_LABEL_KEY, PATCH_FORCE
 from components.opa_gate.manifests import gate_list, written_document
-from stack_config import LAYERS, ConfigError, decode_raw_config, parse_stack_config
+from stack_config import (
+    LAYERS,
+    ConfigError,
+    StackConfig,
+    decode_raw_config,
+    parse_stack_config,
+)
 from tests.conftest import ROOT, Recording, register, run_program, stack_config
+from tests.fake_cluster import claimed_cluster
 
 
 @pytest.fixture(autouse=True)
@@ -305,3 +316,74 @@ def test_main_accepts_the_providers_config_namespaces() -> None:
         recording,
     )
     assert recording.resources
+
+
+# ------------------------------------------------------------------ outputs
+
+# Where the stack's outputs are read by name: the demo, the benchmarks and the end-to-end tests.
+OUTPUT_READERS = ("tools/demo.py", "bench/*.py", "tests/e2e/*.py")
+_OUTPUT_READ = re.compile(r"outputs(?:\[\s*|\.get\(\s*)\"(\w+)\"")
+
+
+def _exported(
+    monkeypatch: pytest.MonkeyPatch, stack: str, config: dict[str, Any]
+) -> tuple[set[str], set[str]]:
+    """(the names __main__.py exports, the layers that are on) for `stack` with `config`."""
+    exported: list[str] = []
+    loaded: list[StackConfig] = []
+    load = stack_config_module.load_stack_config
+
+    def recorded() -> StackConfig:
+        loaded.append(load())
+        return loaded[-1]
+
+    # Grafana's password, when given, is a secret (as `pulumi config set --secret` stores it).
+    monkeypatch.setenv("PULUMI_CONFIG_SECRET_KEYS", '["gpu-cluster:grafanaAdminPassword"]')
+    monkeypatch.setattr(stack_outputs, "export_outputs", lambda values: exported.extend(values))
+    monkeypatch.setattr(stack_config_module, "load_stack_config", recorded)
+    # The local stack creates its monitoring namespace: a cluster without one.
+    run_program(stack, config, cluster=claimed_cluster() if stack == "local" else None)
+    (parsed,) = loaded
+    on = {row.component for row in LAYERS if getattr(getattr(parsed, row.field), "enabled", True)}
+    return set(exported), on
+
+
+# The local stack's monitoring needs Grafana's password, a secret its file does not hold.
+LOCAL = {"grafanaAdminPassword": "pw"}
+DRA = {
+    **LOCAL,
+    "gpuOperator": {"enabled": True, "allocation": "dra", "version": "v26.7.0"},
+    "admission": {"engine": "mutating-admission-policy"},
+}
+
+
+@pytest.mark.parametrize(
+    ("stack", "config"), [("local", LOCAL), ("dev", {}), ("prod", {}), ("local", DRA)]
+)
+def test_main_exports_the_outputs_of_the_table_whose_layers_are_on(
+    monkeypatch: pytest.MonkeyPatch, stack: str, config: dict[str, Any]
+) -> None:
+    exported, on = _exported(monkeypatch, stack, config)
+    dra = config.get("gpuOperator", {}).get("allocation") == "dra"
+    wanted = {
+        o.name
+        for o in stack_outputs.OUTPUTS
+        if o.layer in on and (o.name != "gpuDeviceClasses" or dra)
+    }
+    assert exported == wanted
+
+
+def test_main_every_output_read_by_name_is_in_the_table() -> None:
+    read = {
+        (str(path.relative_to(ROOT)), name)
+        for pattern in OUTPUT_READERS
+        for path in sorted(ROOT.glob(pattern))
+        for name in _OUTPUT_READ.findall(path.read_text())
+    }
+    assert read, "no output read by name: the pattern no longer finds them"
+    assert sorted((p, n) for p, n in read if n not in stack_outputs.OUTPUT_NAMES) == []
+
+
+def test_main_export_outputs_refuses_a_name_the_table_does_not_hold() -> None:
+    with pytest.raises(ValueError, match=r"\['gpuNodez'\] are not in stack_outputs.OUTPUTS"):
+        stack_outputs.export_outputs({"gpuNodez": 1})
