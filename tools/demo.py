@@ -181,7 +181,7 @@ def monitoring(applied: AppliedStack) -> None:
     api = dynamic.DynamicClient(applied.api_client())
     maps = api.resources.get(api_version="v1", kind="ConfigMap")
     dashboard = outputs["gpuDashboard"]
-    namespace = outputs.get("monitoringNamespace") or "monitoring"
+    namespace = outputs["monitoringNamespace"]
     found = maps.get(namespace=namespace, label_selector="grafana_dashboard=1").items
     print(f"  dashboard ConfigMap(s) in {namespace}: {[m.metadata.name for m in found]}")
     print(f"  dashboard: {dashboard}")
