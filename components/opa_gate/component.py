@@ -33,7 +33,7 @@ admits tolerates the GPU pool's taint, or the stack config is refused
   theirs covers the taint; the ValidatingAdmissionPolicy below then refuses only what cannot be routed (a
   scheduler of the pod's own, a preset spec.nodeName). No server, nothing to be down.
 - `opa`: OPA 1.x behind a ValidatingWebhookConfiguration, with the Rego v1 policies from
-  policies/ loaded at start-up from a mounted ConfigMap (GPU resource names and scheduler
+  components/opa_gate/policies/ loaded at start-up from a mounted ConfigMap (GPU resource names and scheduler
   name reach them as data); nothing pushes policies at run time, so a restarted OPA is
   ready as soon as it has read its files. A CA and serving certificate from pulumi-tls (kept
   in state, renewed in the last 30 days of the serving certificate). Only pods that request a
@@ -42,14 +42,14 @@ admits tolerates the GPU pool's taint, or the stack config is refused
   the API server's ExtendedResourceToleration plugin (controlPlane.admissionPlugins).
 - `validating-admission-policy`: a native ValidatingAdmissionPolicy (CEL, GA since 1.30)
   with the same rule and message as OPA's; no webhook server at all. Tolerations as with `opa`.
-The native policies' rules are static (policies/gpu_scheduler.cel.yaml) and the gate data is
+The native policies' rules are static (components/opa_gate/policies/gpu_scheduler.cel.yaml) and the gate data is
 written into them, so no object in the cluster that could be edited or deleted holds it; OPA
 reads the same document as data.gpu_cluster.config from an immutable ConfigMap.
 DRA mode (device_classes, gpuOperator.allocation dra): a resource claim is a GPU request only
 when the ResourceClaimTemplate or ResourceClaim it names selects a GPU DeviceClass. The native
 engines add a policy pair per kind whose parameters are those objects in the pod's namespace
 (the API server looks them up; the gate data is written into them); the stack config refuses
-`opa` with DRA, as OPA cannot see them (policies/README.md, "DRA claims"). And whatever reached
+`opa` with DRA, as OPA cannot see them (components/opa_gate/policies/README.md, "DRA claims"). And whatever reached
 another scheduler, a parameter-free policy on resourceclaims/status lets only the stack's
 scheduler (`allocator`, its ServiceAccount's username) allocate a device of a GPU driver.
 The stack's PriorityClasses (priority_classes, from GpuPriorityClasses) may preempt other
@@ -180,7 +180,7 @@ class OpaGateArgs(OpaGateSettings):
     opa_image: Annotated[str, Runtime()] = "openpolicyagent/opa:1.22.2"
     """OPA 1.x image."""
     policies: Annotated[Mapping[str, str], Runtime()] = Field(default_factory=load_policies)
-    """{name: Rego source}; defaults to policies/*.rego without tests."""
+    """{name: Rego source}; defaults to components/opa_gate/policies/*.rego without tests."""
 
     @model_validator(mode="after")
     def _engine_can_look_up_claims(self) -> Self:
@@ -502,7 +502,7 @@ class OpaGate(ClusterLayer):
 
     def _allocations(self) -> None:
         """DRA mode: only the stack's scheduler allocates GPU devices, whatever reached another
-        scheduler (policies/gpu_scheduler.cel.yaml, `allocations`). No parameter object: the
+        scheduler (components/opa_gate/policies/gpu_scheduler.cel.yaml, `allocations`). No parameter object: the
         scheduler's identity and name and the GPU drivers are written into the policy."""
         name, args = self.pulumi_resource_name, self._args
         operator = args.operator_pods.namespace if args.operator_pods is not None else ""

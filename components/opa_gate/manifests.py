@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from components.gpu_resources import gated_names, gated_prefixes
 from components.kubernetes_names import DAEMONSET_CONTROLLERS
 from components.object_meta import PART_OF
+from components.opa_gate.policies import gpu_scheduler_cel as cel
 from components.opa_gate.settings import (
     DEFAULT_GATE_NAMESPACE,
     GATE_NAME,
@@ -30,7 +31,6 @@ from components.opa_gate.settings import (
     FailurePolicy,
 )
 from components.settings import PROJECT
-from policies import gpu_scheduler_cel as cel
 
 if TYPE_CHECKING:
     from components.handoffs import OperatorPods
@@ -102,7 +102,7 @@ def gate_data(
     priority_classes: Sequence[str] = (),
     priority_class_namespaces: Sequence[str] = (),
 ) -> dict[str, str]:
-    """The gate's one parameter document (policies/README.md, "Data contract"): string keys
+    """The gate's one parameter document (components/opa_gate/policies/README.md, "Data contract"): string keys
     and values, written into the native policies (their `config` variable), and the JSON OPA
     reads as data.gpu_cluster.config. Lists are comma-separated.
 
@@ -267,7 +267,7 @@ def webhook_condition(config: Mapping[str, str]) -> str:
     the variable). Other requests never reach OPA, so an OPA outage cannot hold them back.
 
     A webhook's match conditions have no variables, so this is the static condition of
-    policies/gpu_scheduler.cel.yaml with its variables inlined, the document OPA reads written
+    components/opa_gate/policies/gpu_scheduler.cel.yaml with its variables inlined, the document OPA reads written
     in (cel.webhook_conditions()).
     Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions/matcher.go
     """
@@ -284,8 +284,8 @@ def admission_policy_spec(
     *,
     gate_namespace: str = DEFAULT_GATE_NAMESPACE,
 ) -> dict[str, Any]:
-    """The ValidatingAdmissionPolicy: policies/gpu_scheduler.rego's rules and messages in CEL
-    (policies/gpu_scheduler.cel.yaml), the parameter document `params` (gate_data()) written
+    """The ValidatingAdmissionPolicy: components/opa_gate/policies/gpu_scheduler.rego's rules and messages in CEL
+    (components/opa_gate/policies/gpu_scheduler.cel.yaml), the parameter document `params` (gate_data()) written
     in. No parameter object: nothing in the cluster that a tenant, or anyone who can write in
     the gate's namespace, could edit or delete stands between the cluster and the rules, and
     no informer has to sync before a pod can be admitted. In DRA mode (the document has
@@ -318,7 +318,7 @@ def routing_policy_spec(
     gate_namespace: str = DEFAULT_GATE_NAMESPACE,
 ) -> dict[str, Any]:
     """The MutatingAdmissionPolicy that routes GPU pods and pool pods to the stack's scheduler
-    (policies/gpu_scheduler.cel.yaml, `routing`), the parameter document `params` written in.
+    (components/opa_gate/policies/gpu_scheduler.cel.yaml, `routing`), the parameter document `params` written in.
 
     A pod CREATE that asks for a gated GPU resource, or a pool pod, and leaves
     spec.schedulerName unset (the API server has filled in default-scheduler by then) gets the
@@ -382,7 +382,7 @@ def claim_param_ref() -> dict[str, Any]:
     `Deny` every pod of such a namespace, CPU pods included, would be refused. A pod that names
     an object the cache does not hold yet (created before its template or claim, or within the
     moment the cache takes to see a new one) is therefore judged without that claim, as a pod
-    that does not ask for it (policies/README.md, "DRA claims").
+    that does not ask for it (components/opa_gate/policies/README.md, "DRA claims").
     Ref: https://github.com/kubernetes/kubernetes/blob/v1.37.2/staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/generic/policy_dispatcher.go
     """
     return {"selector": {}, "parameterNotFoundAction": "Allow"}
@@ -405,7 +405,7 @@ def claim_policy_spec(
 ) -> dict[str, Any]:
     """The ValidatingAdmissionPolicy that refuses a pod off the scheduler whose resource claim
     names a `kind` object selecting a GPU DeviceClass (DRA mode): the GPU pod validations of
-    policies/gpu_scheduler.cel.yaml, once per object the pod names.
+    components/opa_gate/policies/gpu_scheduler.cel.yaml, once per object the pod names.
 
     Its `params` is that object; the parameter document `params` (gate_data(), with its
     device classes) is written in, as in every native policy. CLAIM_FAILURE_POLICY.
@@ -496,7 +496,7 @@ def allocation_policy_spec(
 ) -> dict[str, Any]:
     """The ValidatingAdmissionPolicy that lets only `allocator` (the stack's scheduler's
     username) allocate a device of a GPU driver (`drivers`) that is not admin access
-    (policies/gpu_scheduler.cel.yaml, `allocations`). No parameter: everything it reads is
+    (components/opa_gate/policies/gpu_scheduler.cel.yaml, `allocations`). No parameter: everything it reads is
     written in, so no object in the cluster opens it.
 
     It judges every namespace but excluded_namespaces() and the GPU Operator's
@@ -680,7 +680,7 @@ def opa_run_args(
     data (gate.json). They are not watched: a change of any of them changes the pod
     template's checksum, so the Deployment rolls out OPA pods that read the new files, one
     readiness-checked replica at a time, rather than each replica reloading on its own.
-    Authorization (policies/authz.rego) leaves anonymous callers, the API server and the
+    Authorization (components/opa_gate/policies/authz.rego) leaves anonymous callers, the API server and the
     kubelet, the webhook decision and /health only; there is no management API to protect.
     """
     return [

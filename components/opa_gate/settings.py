@@ -2,7 +2,7 @@
 
 The engines, failure policies and the names every engine's objects share (the gate, its
 webhook, its default namespace) are settings facts; the policies OPA loads default to
-policies/*.rego. components/opa_gate/manifests.py renders the objects from these values.
+components/opa_gate/policies/*.rego. components/opa_gate/manifests.py renders the objects from these values.
 
 failurePolicy: `Fail` means no GPU pod (nor pool pod: one that tolerates the GPU pool's
 taint) is admitted while the gate cannot answer (OPA down, timeout), so bin-packing is never
@@ -41,7 +41,7 @@ ADMISSION_ENGINES: tuple[AdmissionEngine, ...] = get_args(AdmissionEngine)
 FailurePolicy = Literal["Fail", "Ignore"]
 FAILURE_POLICIES: tuple[FailurePolicy, ...] = get_args(FailurePolicy)
 
-POLICY_DIR = Path(__file__).resolve().parents[2] / "policies"
+POLICY_DIR = Path(__file__).resolve().parent / "policies"
 # The engine that routes GPU pods (MutatingAdmissionPolicy) and the first minor version that
 # serves its GA API, admissionregistration.k8s.io/v1, without a feature gate.
 # Ref: https://kubernetes.io/docs/reference/access-authn-authz/mutating-admission-policy/

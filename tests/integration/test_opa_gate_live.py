@@ -754,7 +754,7 @@ def test_opa_gate_live_engines_reach_the_sample_tables_verdicts(
     tmp_path: Path,
     source: str,
 ) -> None:
-    """policies/samples.yaml: every engine, every sample, one verdict each, with the
+    """components/opa_gate/policies/samples.yaml: every engine, every sample, one verdict each, with the
     operator the stack installs and with one installed outside it."""
     with opa_serving(tmp_path / "opa", GATES[source].config) as opa:
         wrong = [

@@ -1,4 +1,4 @@
-"""The gate's sample table (policies/samples.yaml): sample pods and the verdict each
+"""The gate's sample table (components/opa_gate/policies/samples.yaml): sample pods and the verdict each
 engine must reach on them, read into plain objects for the live tests."""
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from components.gpu_resources import (
     gated_prefixes,
 )
 
-SAMPLES_FILE = Path(__file__).resolve().parents[2] / "policies" / "samples.yaml"
+SAMPLES_FILE = (
+    Path(__file__).resolve().parents[2] / "components" / "opa_gate" / "policies" / "samples.yaml"
+)
 Verdict = Literal["allowed", "routed", "refused"]
 VERDICTS: tuple[Verdict, ...] = ("allowed", "routed", "refused")
 # The engines that only refuse, and the one that routes.

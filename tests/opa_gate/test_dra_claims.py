@@ -32,8 +32,8 @@ from components.opa_gate.manifests import (
     gate_data,
     routing_policy_spec,
 )
+from components.opa_gate.policies import gpu_scheduler_cel as cel
 from components.opa_gate.settings import ADMISSION_ENGINES, claim_lookup_problem
-from policies import gpu_scheduler_cel as cel
 from stack_config import ConfigError, parse_stack_config
 from tests.conftest import Recording, component_access, register, run_program
 from tools.harness.pulumi_engine import project_config

@@ -1,4 +1,4 @@
-"""The DRA rows of policies/samples.yaml on a real cluster (LocalCluster: kube-apiserver,
+"""The DRA rows of components/opa_gate/policies/samples.yaml on a real cluster (LocalCluster: kube-apiserver,
 kube-controller-manager, kube-scheduler, kwok), with the native engines' objects as OpaGate
 renders them for a DRA stack: the parameter ConfigMap, the policies whose gpuNames leave
 claims out, and the claim policies whose parameters are the ResourceClaimTemplates and

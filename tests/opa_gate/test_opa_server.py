@@ -30,7 +30,7 @@ from tools.harness.certs import CertificateAuthority, write_private
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-POLICIES = REPO / "policies"
+POLICIES = REPO / "components" / "opa_gate" / "policies"
 LOOPBACK = "127.0.0.1"
 STARTUP_TIMEOUT_S = 30.0
 

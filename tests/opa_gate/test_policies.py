@@ -11,7 +11,7 @@ import pytest
 from tests.integration.conftest import built_tool
 
 REPO = Path(__file__).resolve().parents[2]
-POLICIES = REPO / "policies"
+POLICIES = REPO / "components" / "opa_gate" / "policies"
 
 # `opa test -v` prints one "data.<package>.<test>: <RESULT> (<duration>)" line per test.
 RESULT_LINE = re.compile(r"^data\.\S+: (?P<result>PASS|FAIL|ERROR|SKIPPED)\b", re.MULTILINE)
@@ -47,7 +47,7 @@ def _package(path: Path) -> str:
 
 
 def test_policies_opa_test_passes(opa: Path) -> None:
-    result = _run_opa(opa, "test", "policies/", "-v")
+    result = _run_opa(opa, "test", "components/opa_gate/policies/", "-v")
     output = result.stdout + result.stderr
 
     results = [m["result"] for m in RESULT_LINE.finditer(output)]
@@ -60,20 +60,22 @@ def test_policies_opa_test_passes(opa: Path) -> None:
 
 
 def test_policies_opa_check_strict_passes(opa: Path) -> None:
-    result = _run_opa(opa, "check", "--strict", "policies/")
+    result = _run_opa(opa, "check", "--strict", "components/opa_gate/policies/")
 
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_policies_opa_fmt_reports_no_changes(opa: Path) -> None:
-    result = _run_opa(opa, "fmt", "--list", "policies/")
+    result = _run_opa(opa, "fmt", "--list", "components/opa_gate/policies/")
 
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "", f"run `opa fmt -w policies/`; unformatted:\n{result.stdout}"
+    assert result.stdout == "", (
+        f"run `opa fmt -w components/opa_gate/policies/`; unformatted:\n{result.stdout}"
+    )
 
 
 def test_policies_exist() -> None:
-    assert _policy_files(), "no policies/*.rego found"
+    assert _policy_files(), "no components/opa_gate/policies/*.rego found"
 
 
 @pytest.mark.parametrize("policy", _policy_files(), ids=lambda p: p.name)

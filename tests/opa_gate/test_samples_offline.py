@@ -1,4 +1,4 @@
-"""policies/samples.yaml judged without a cluster: the Rego policy by the real OPA (`opa eval`),
+"""components/opa_gate/policies/samples.yaml judged without a cluster: the Rego policy by the real OPA (`opa eval`),
 the CEL policies by the Kubernetes CEL libraries of the pinned release (tools/go/celgate,
 compiled and evaluated as kube-apiserver's admission plugins do, the routing policy's JSON
 patches applied). tests/integration/test_opa_gate_live.py runs the same table on a real

@@ -1,6 +1,6 @@
 """Loads gpu_scheduler.cel.yaml, the static CEL of the native engines (beside the Rego it mirrors).
 
-The rules are written once, in policies/gpu_scheduler.cel.yaml; the gate's configuration, the
+The rules are written once, in components/opa_gate/policies/gpu_scheduler.cel.yaml; the gate's configuration, the
 parameter document, is written into each policy as its `config` variable (the file's
 `$document`), so no parameter object stands between the cluster and the rules. The webhook,
 which has no variables, gets them inlined (webhook_conditions()). The claim policies of DRA mode
