@@ -31,7 +31,7 @@ import json
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -231,8 +231,21 @@ LIST_PAGE_SIZE = 500
 LIST_TIMEOUT_S = 10.0
 # Workloads a refusal names before "and N more".
 SHOWN_WORKLOADS = 10
-PodTemplate = tuple[str, str, str, Mapping[str, Any]]
-"""(kind, namespace, name, the workload's pod template: a PodTemplateSpec, metadata and spec)."""
+
+
+class PodTemplate(NamedTuple):
+    """A workload's pod template, and whether the workload runs pods now."""
+
+    kind: str
+    namespace: str
+    name: str
+    template: Mapping[str, Any]
+    """A PodTemplateSpec: metadata and spec."""
+    running: bool = True
+    """Whether it has pods now (a CronJob: has run): what a refusal of its next pods would
+    take away. A workload whose pods the gate refuses already has none."""
+
+
 TemplateLister = Callable[[str, str | None], Iterable[PodTemplate]]
 """(kubeconfig content, context) -> every workload's pod template on the cluster."""
 
@@ -269,6 +282,16 @@ def _at(obj: Mapping[str, Any], path: Iterable[str]) -> Mapping[str, Any]:
     return found if isinstance(found, Mapping) else {}
 
 
+def _running(kind: str, status: Mapping[str, Any]) -> bool:
+    """Whether a workload of `kind` with `status` runs pods now (a CronJob: has run)."""
+    if kind == "DaemonSet":
+        counts = ("currentNumberScheduled", "numberMisscheduled")
+        return sum(int(status.get(k) or 0) for k in counts) > 0
+    if kind == "CronJob":
+        return bool(status.get("active")) or bool(status.get("lastScheduleTime"))
+    return int(status.get("replicas") or 0) > 0
+
+
 def list_templates(kubeconfig: str, context: str | None) -> list[PodTemplate]:
     """The pod template of every DaemonSet, Deployment, StatefulSet and CronJob on the cluster
     `kubeconfig` (content) reaches, in every namespace (POOL_WORKLOAD_LISTS). Raises when the
@@ -284,7 +307,10 @@ def list_templates(kubeconfig: str, context: str | None) -> list[PodTemplate]:
                 for item in page.get("items") or []:
                     metadata = item.get("metadata") or {}
                     namespace, name = metadata.get("namespace", ""), metadata.get("name", "")
-                    found.append((kind, str(namespace), str(name), _at(item, where)))
+                    running = _running(kind, item.get("status") or {})
+                    found.append(
+                        PodTemplate(kind, str(namespace), str(name), _at(item, where), running)
+                    )
                 token = str((page.get("metadata") or {}).get("continue") or "")
                 if not token:
                     break
@@ -335,6 +361,8 @@ class PoolWorkload:
     name: str
     keys: tuple[str, ...] = ()
     """The keys of the tolerations that tolerate the taint ("" for one of every key)."""
+    running: bool = True
+    """Whether it runs pods now (PodTemplate.running)."""
 
     def __str__(self) -> str:
         through = ", ".join(
@@ -358,7 +386,7 @@ def refused_pool_workloads(
     `allowed_namespaces`, and, for a DaemonSet, not named "namespace/name" in
     `allowed_daemonsets`."""
     refused: list[PoolWorkload] = []
-    for kind, namespace, name, template in templates:
+    for kind, namespace, name, template, running in (PodTemplate(*t) for t in templates):
         if namespace in skipped_namespaces or namespace in allowed_namespaces:
             continue
         if kind == "DaemonSet" and f"{namespace}/{name}" in allowed_daemonsets:
@@ -369,7 +397,7 @@ def refused_pool_workloads(
         if not through or asks_for_gpu(spec, gpu_resource):
             continue
         keys = tuple(sorted({str(t.get("key") or "") for t in through}))
-        refused.append(PoolWorkload(kind, namespace, name, keys))
+        refused.append(PoolWorkload(kind, namespace, name, keys, running))
     return sorted(refused)
 
 
@@ -439,6 +467,10 @@ def check_pool_workloads(
     Infrastructure that tolerates every taint (a CNI's node agent, CSI node plugins, log
     shippers) is what this finds before a rolling update or a new node finds it.
 
+    Only a workload that runs pods now is refused: one without (a tenant's created after the
+    gate refused its pods, one scaled to zero) is named in a warning, so no tenant can hold back
+    the platform's `up` by creating one.
+
     `lister` reads the cluster (list_templates when None). A warning instead of checking when
     the cluster cannot be reached or refuses a list; None when no workload would be refused.
     """
@@ -465,8 +497,22 @@ def check_pool_workloads(
         skipped_namespaces=skipped_namespaces,
         gpu_resource=gpu_resource,
     )
-    if refused:
-        raise ConfigError([pool_workloads_problem(refused, taint)])
+    # Only a workload that runs pods now loses something: one without (a tenant's, created
+    # after the gate refused its pods; one scaled to zero) cannot hold back an `up`.
+    running = [w for w in refused if w.running]
+    if running:
+        raise ConfigError([pool_workloads_problem(running, taint)])
+    idle = [w for w in refused if not w.running]
+    if idle:
+        shown = ", ".join(str(w) for w in idle[:SHOWN_WORKLOADS])
+        more = f", and {len(idle) - SHOWN_WORKLOADS} more" if len(idle) > SHOWN_WORKLOADS else ""
+        return (
+            f"{PROJECT}:admission.poolNamespaces: the gate refuses the pods of {shown}{more}: "
+            f"their pod template tolerates the GPU pool's taint {taint['key']} without asking "
+            "for a GPU, and they run none now. Left as they are; list a namespace in "
+            "admission.poolNamespaces (or a DaemonSet in admission.poolDaemonSets) to let them "
+            "run on the pool"
+        )
     return None
 
 

@@ -244,11 +244,13 @@ def _template(
     return {"metadata": {"labels": {"app": "x"}}, "spec": body}
 
 
-CALICO = ("DaemonSet", "calico-system", "calico-node", _template(EVERY_TAINT))
-TIGERA = ("Deployment", "tigera-operator", "tigera-operator", _template(EVERY_TAINT))
-POOL_TOOL = ("StatefulSet", "ml", "feature-store", _template(POOL_KEY))
-NIGHTLY = ("CronJob", "ml", "nightly-report", _template({"key": GPU, "value": "present"}))
-PLAIN = ("Deployment", "web", "frontend", _template())
+CALICO = PodTemplate("DaemonSet", "calico-system", "calico-node", _template(EVERY_TAINT))
+TIGERA = PodTemplate("Deployment", "tigera-operator", "tigera-operator", _template(EVERY_TAINT))
+POOL_TOOL = PodTemplate("StatefulSet", "ml", "feature-store", _template(POOL_KEY))
+NIGHTLY = PodTemplate(
+    "CronJob", "ml", "nightly-report", _template({"key": GPU, "value": "present"})
+)
+PLAIN = PodTemplate("Deployment", "web", "frontend", _template())
 
 
 def _lister(*templates: PodTemplate) -> Callable[[str, str | None], list[PodTemplate]]:
@@ -296,7 +298,7 @@ def test_pool_workloads_check_names_each_refused_workload_sorted_with_its_keys()
 
 
 def test_pool_workloads_check_names_every_key_that_lets_a_workload_through() -> None:
-    both = ("DaemonSet", "logging", "fluent-bit", _template(POOL_KEY, EVERY_TAINT))
+    both = PodTemplate("DaemonSet", "logging", "fluent-bit", _template(POOL_KEY, EVERY_TAINT))
     _, text = _refusal(both)
     assert (
         "DaemonSet logging/fluent-bit (toleration no key, operator Exists: every taint, key "
@@ -306,7 +308,7 @@ def test_pool_workloads_check_names_every_key_that_lets_a_workload_through() -> 
 
 def test_pool_workloads_check_cuts_a_long_list() -> None:
     many = [
-        ("DaemonSet", f"agents-{i:02}", "agent", _template(EVERY_TAINT))
+        PodTemplate("DaemonSet", f"agents-{i:02}", "agent", _template(EVERY_TAINT))
         for i in range(SHOWN_WORKLOADS + 3)
     ]
     value, text = _refusal(*reversed(many))
@@ -327,7 +329,7 @@ def test_pool_workloads_check_cuts_a_long_list() -> None:
 def test_pool_workloads_check_passes_a_toleration_of_another_taint(
     toleration: dict[str, Any], why: str
 ) -> None:
-    assert _check(("Deployment", "ml", "x", _template(toleration))) is None, why
+    assert _check(PodTemplate("Deployment", "ml", "x", _template(toleration))) is None, why
 
 
 def test_pool_workloads_check_passes_an_allowed_namespace() -> None:
@@ -339,7 +341,7 @@ def test_pool_workloads_check_passes_an_allowed_namespace() -> None:
 
 def test_pool_workloads_check_passes_an_allowed_daemonset_only() -> None:
     # "namespace/name" lets the DaemonSet through, not a Deployment of the same name.
-    same_name = ("Deployment", "calico-system", "calico-node", _template(EVERY_TAINT))
+    same_name = PodTemplate("Deployment", "calico-system", "calico-node", _template(EVERY_TAINT))
     value, text = _refusal(
         CALICO, same_name, allowed_daemonsets=("calico-system/calico-node", "ml/feature-store")
     )
@@ -353,9 +355,9 @@ def test_pool_workloads_check_passes_an_allowed_daemonset_only() -> None:
 
 
 def test_pool_workloads_check_passes_the_namespaces_the_gate_never_judges() -> None:
-    proxy = ("DaemonSet", "kube-system", "kube-proxy", _template(EVERY_TAINT))
-    operand = ("DaemonSet", "gpu-operator", "nvidia-device-plugin", _template(POOL_KEY))
-    own = ("Deployment", "gpu-admission", "opa", _template(EVERY_TAINT))
+    proxy = PodTemplate("DaemonSet", "kube-system", "kube-proxy", _template(EVERY_TAINT))
+    operand = PodTemplate("DaemonSet", "gpu-operator", "nvidia-device-plugin", _template(POOL_KEY))
+    own = PodTemplate("Deployment", "gpu-admission", "opa", _template(EVERY_TAINT))
     assert _check(proxy, operand, own) is None
 
 
@@ -382,7 +384,10 @@ def test_pool_workloads_check_passes_a_template_that_asks_for_a_gpu(spec: dict[s
     def gpu_resource(name: str) -> bool:
         return name == extra or is_gpu_resource(name)
 
-    assert _check(("Deployment", "ml", "trainer", template), gpu_resource=gpu_resource) is None
+    assert (
+        _check(PodTemplate("Deployment", "ml", "trainer", template), gpu_resource=gpu_resource)
+        is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -396,7 +401,9 @@ def test_pool_workloads_check_passes_a_template_that_asks_for_a_gpu(spec: dict[s
 def test_pool_workloads_check_refuses_a_template_asking_for_no_gpu(
     resources: dict[str, Any],
 ) -> None:
-    value, _ = _refusal(("Deployment", "ml", "x", _template(POOL_KEY, resources=resources)))
+    value, _ = _refusal(
+        PodTemplate("Deployment", "ml", "x", _template(POOL_KEY, resources=resources))
+    )
     assert value == ["ml"]
 
 
@@ -490,9 +497,15 @@ def _kubeconfig(server: str, user: dict[str, Any] | None = None) -> str:
     )
 
 
-def _item(name: str, namespace: str, template: dict[str, Any], cron: bool = False) -> Any:
+def _item(
+    name: str,
+    namespace: str,
+    template: dict[str, Any],
+    cron: bool = False,
+    status: dict[str, Any] | None = None,
+) -> Any:
     spec = {"jobTemplate": {"spec": {"template": template}}} if cron else {"template": template}
-    return {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": spec, "status": status}
 
 
 class _Lists(BaseHTTPRequestHandler):
@@ -511,12 +524,28 @@ class _Lists(BaseHTTPRequestHandler):
             status = 403
             answer = {"kind": "Status", "message": 'daemonsets.apps is forbidden: User "ci"'}
         elif url.path == "/apis/apps/v1/daemonsets" and "continue" not in query:
-            answer["items"] = [_item("calico-node", "calico-system", _template(EVERY_TAINT))]
+            answer["items"] = [
+                _item(
+                    "calico-node",
+                    "calico-system",
+                    _template(EVERY_TAINT),
+                    status={"currentNumberScheduled": 3, "numberMisscheduled": 0},
+                )
+            ]
             answer["metadata"] = {"continue": "page-2"}
         elif url.path == "/apis/apps/v1/daemonsets":
             answer["items"] = [_item("fluent-bit", "logging", _template(POOL_KEY))]
         elif url.path == "/apis/batch/v1/cronjobs":
-            answer["items"] = [_item("nightly", "ml", _template(POOL_KEY), cron=True)]
+            answer["items"] = [
+                _item("nightly", "ml", _template(POOL_KEY), cron=True),
+                _item(
+                    "weekly",
+                    "ml",
+                    _template(POOL_KEY),
+                    cron=True,
+                    status={"lastScheduleTime": "2026-11-22T03:00:00Z"},
+                ),
+            ]
         body = json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -544,10 +573,12 @@ def lists_server() -> Iterator[str]:
 
 def test_pool_workloads_lister_reads_every_page_of_the_four_lists(lists_server: str) -> None:
     found = list_templates(_kubeconfig(lists_server), None)
+    # Whether each runs pods now: a DaemonSet with scheduled pods, a CronJob that has run.
     assert found == [
-        ("DaemonSet", "calico-system", "calico-node", _template(EVERY_TAINT)),
-        ("DaemonSet", "logging", "fluent-bit", _template(POOL_KEY)),
-        ("CronJob", "ml", "nightly", _template(POOL_KEY)),
+        PodTemplate("DaemonSet", "calico-system", "calico-node", _template(EVERY_TAINT), True),
+        PodTemplate("DaemonSet", "logging", "fluent-bit", _template(POOL_KEY), False),
+        PodTemplate("CronJob", "ml", "nightly", _template(POOL_KEY), False),
+        PodTemplate("CronJob", "ml", "weekly", _template(POOL_KEY), True),
     ]
     assert [(path, query) for path, query, _ in _Lists.seen] == [
         ("/apis/apps/v1/daemonsets", {"limit": ["500"]}),
@@ -566,3 +597,16 @@ def test_pool_workloads_lister_raises_the_api_servers_refusal(lists_server: str)
         match=r'^GET /apis/apps/v1/daemonsets: HTTP 403: daemonsets.apps is forbidden: User "ci"$',
     ):
         list_templates(_kubeconfig(lists_server), None)
+
+
+def test_pool_workloads_without_pods_now_are_named_in_a_warning_not_refused() -> None:
+    """A tenant's DaemonSet created after the gate refused its pods runs none: it cannot hold
+    back the platform's `up`; it is named in a warning."""
+    tenant = PodTemplate("DaemonSet", "team-a", "agent", _template(EVERY_TAINT), False)
+    warning = _check(tenant)
+    assert warning is not None
+    assert warning.startswith("gpu-cluster:admission.poolNamespaces: the gate refuses the pods")
+    assert "DaemonSet team-a/agent" in warning and "they run none now" in warning
+    # Beside one that runs pods, only that one is refused.
+    value, text = _refusal(tenant, CALICO)
+    assert value == ["calico-system"] and "team-a" not in text

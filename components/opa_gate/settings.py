@@ -124,7 +124,8 @@ class OpaGateSettings(Settings):
     to one, or tolerating the pool's taint): node agents, say. Anywhere else the gate refuses
     such a pod. The monitoring namespace (monitoring.enabled) is added; kube-system, the
     gate's and the GPU Operator's own pods are not judged. The preview refuses while a
-    DaemonSet, Deployment, StatefulSet or CronJob elsewhere tolerates the pool's taint."""
+    DaemonSet, Deployment, StatefulSet or CronJob elsewhere that runs pods tolerates the pool's
+    taint (one that runs none is a warning)."""
     pool_daemon_sets: Annotated[
         tuple[Annotated[str, POOL_DAEMONSET], ...],
         AfterValidator(unique("each DaemonSet at most once")),

@@ -30,6 +30,17 @@ IMAGE = "registry.k8s.io/pause:3.10"
 EVERY_TAINT = {"operator": "Exists"}
 POOL_KEY = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
 SKIPPED = ("kube-system", "gpu-admission")
+# What each kind's controller reports while it runs pods (a CronJob: once it has run).
+RUNNING: dict[str, dict[str, Any]] = {
+    "DaemonSet": {
+        "currentNumberScheduled": 2,
+        "numberMisscheduled": 0,
+        "desiredNumberScheduled": 2,
+        "numberReady": 2,
+    },
+    "Deployment": {"replicas": 1},
+    "CronJob": {"lastScheduleTime": "2026-11-28T03:00:00Z"},
+}
 
 
 def _template(
@@ -42,8 +53,16 @@ def _template(
     return {"metadata": {"labels": {"app": app}}, "spec": spec}
 
 
-def _workload(cp: LocalControlPlane, kind: str, namespace: str, name: str, template: Any) -> None:
-    """Create a DaemonSet, Deployment or CronJob `name` running `template`."""
+def _workload(
+    cp: LocalControlPlane,
+    kind: str,
+    namespace: str,
+    name: str,
+    template: Any,
+    status: dict[str, Any] | None = None,
+) -> None:
+    """Create a DaemonSet, Deployment or CronJob `name` running `template`, its status then
+    `status` (this control plane runs no controller: what one would report)."""
     selector = {"matchLabels": template["metadata"]["labels"]}
     if kind == "CronJob":
         job = {"template": {**template, "spec": {**template["spec"], "restartPolicy": "Never"}}}
@@ -53,25 +72,34 @@ def _workload(cp: LocalControlPlane, kind: str, namespace: str, name: str, templ
         path = f"/apis/apps/v1/namespaces/{namespace}/{kind.lower()}s"
         spec = {"selector": selector, "template": template}
     cp.request("POST", path, {"metadata": {"name": name}, "spec": spec})
+    if status is not None:
+        cp.request("PATCH", f"{path}/{name}/status", {"status": status})
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[tuple[LocalControlPlane, str, str]]:
-    """(the control plane, the namespace of the two refused workloads, an allowed namespace)."""
+def cluster() -> Iterator[tuple[LocalControlPlane, str, str, str]]:
+    """(the control plane, the namespace of the two refused workloads, an allowed namespace,
+    a tenant's namespace with a DaemonSet that runs no pod)."""
     require_tools(*CONTROL_PLANE_TOOLS)
     suffix = uuid.uuid4().hex[:6]
-    infra, allowed = f"infra-{suffix}", f"allowed-{suffix}"
+    infra, allowed, tenant = f"infra-{suffix}", f"allowed-{suffix}", f"tenant-{suffix}"
     with LocalControlPlane() as cp:
-        for namespace in (infra, allowed):
+        for namespace in (infra, allowed, tenant):
             cp.create_namespace(namespace)
-        _workload(cp, "DaemonSet", infra, "node-agent", _template("agent", [EVERY_TAINT]))
-        _workload(cp, "Deployment", infra, "pool-tool", _template("tool", [POOL_KEY]))
+        agent = _template("agent", [EVERY_TAINT])
+        _workload(cp, "DaemonSet", infra, "node-agent", agent, RUNNING["DaemonSet"])
+        tool = _template("tool", [POOL_KEY])
+        _workload(cp, "Deployment", infra, "pool-tool", tool, RUNNING["Deployment"])
+        # Runs no pod: the gate refused them, or it was created so; it holds back no `up`.
+        _workload(cp, "DaemonSet", tenant, "idle-agent", _template("idle", [EVERY_TAINT]))
         trainer = _template("trainer", [POOL_KEY], {GPU: "1"})
         _workload(cp, "Deployment", infra, "trainer", trainer)
         _workload(cp, "Deployment", infra, "web", _template("web", []))
-        _workload(cp, "CronJob", allowed, "nightly", _template("nightly", [EVERY_TAINT]))
-        _workload(cp, "DaemonSet", "kube-system", "proxy", _template("proxy", [EVERY_TAINT]))
-        yield cp, infra, allowed
+        nightly = _template("nightly", [EVERY_TAINT])
+        _workload(cp, "CronJob", allowed, "nightly", nightly, RUNNING["CronJob"])
+        proxy = _template("proxy", [EVERY_TAINT])
+        _workload(cp, "DaemonSet", "kube-system", "proxy", proxy, RUNNING["DaemonSet"])
+        yield cp, infra, allowed, tenant
 
 
 def _check(kubeconfig: str, **allowed: Any) -> str | None:
@@ -87,9 +115,9 @@ def _check(kubeconfig: str, **allowed: Any) -> str | None:
 
 
 def test_pool_workloads_live_refuses_naming_exactly_the_two(
-    cluster: tuple[LocalControlPlane, str, str],
+    cluster: tuple[LocalControlPlane, str, str, str],
 ) -> None:
-    cp, infra, allowed = cluster
+    cp, infra, allowed, _tenant = cluster
     with pytest.raises(ConfigError) as refused:
         _check(cp.kubeconfig_yaml(), namespaces=(allowed,))
     (problem,) = refused.value.problems
@@ -100,15 +128,15 @@ def test_pool_workloads_live_refuses_naming_exactly_the_two(
         "tolerates the GPU pool's taint nvidia.com/gpu=present:NoSchedule without asking for a "
         "GPU."
     ) in problem.allowed
-    for left_alone in ("trainer", "web", "nightly", "proxy"):
+    for left_alone in ("trainer", "web", "nightly", "proxy", "idle-agent"):
         assert left_alone not in problem.allowed
 
 
 def test_pool_workloads_live_the_allowed_namespace_is_listed_too(
-    cluster: tuple[LocalControlPlane, str, str],
+    cluster: tuple[LocalControlPlane, str, str, str],
 ) -> None:
     # Not allowed, the CronJob of the other namespace is found through the batch list.
-    cp, infra, allowed = cluster
+    cp, infra, allowed, _tenant = cluster
     with pytest.raises(ConfigError) as refused:
         _check(cp.kubeconfig_yaml())
     (problem,) = refused.value.problems
@@ -117,19 +145,30 @@ def test_pool_workloads_live_the_allowed_namespace_is_listed_too(
 
 
 def test_pool_workloads_live_allowed_lists_let_them_through(
-    cluster: tuple[LocalControlPlane, str, str],
+    cluster: tuple[LocalControlPlane, str, str, str],
 ) -> None:
-    cp, infra, allowed = cluster
-    assert _check(cp.kubeconfig_yaml(), namespaces=(allowed, infra)) is None
+    cp, infra, allowed, tenant = cluster
+    assert _check(cp.kubeconfig_yaml(), namespaces=(allowed, infra, tenant)) is None
     # The DaemonSet by name, the Deployment only by its namespace.
     with pytest.raises(ConfigError, match=f"Deployment {infra}/pool-tool"):
-        _check(cp.kubeconfig_yaml(), namespaces=(allowed,), daemonsets=(f"{infra}/node-agent",))
+        _check(
+            cp.kubeconfig_yaml(), namespaces=(allowed, tenant), daemonsets=(f"{infra}/node-agent",)
+        )
+
+
+def test_pool_workloads_live_one_that_runs_no_pod_is_named_in_a_warning(
+    cluster: tuple[LocalControlPlane, str, str, str],
+) -> None:
+    cp, infra, allowed, tenant = cluster
+    warning = _check(cp.kubeconfig_yaml(), namespaces=(allowed, infra))
+    assert warning is not None
+    assert f"the gate refuses the pods of DaemonSet {tenant}/idle-agent" in warning
 
 
 def test_pool_workloads_live_an_unreachable_cluster_is_a_warning(
-    cluster: tuple[LocalControlPlane, str, str],
+    cluster: tuple[LocalControlPlane, str, str, str],
 ) -> None:
-    cp, _, _ = cluster
+    cp, _, _, _ = cluster
     warning = _check(cp.kubeconfig_yaml().replace(cp.server, "https://127.0.0.1:1"))
     assert warning is not None
     assert warning.startswith(
@@ -141,9 +180,9 @@ def test_pool_workloads_live_an_unreachable_cluster_is_a_warning(
 
 
 def test_pool_workloads_live_lists_that_rbac_refuses_are_a_warning_without_the_token(
-    cluster: tuple[LocalControlPlane, str, str],
+    cluster: tuple[LocalControlPlane, str, str, str],
 ) -> None:
-    cp, infra, _ = cluster
+    cp, infra, _, _ = cluster
     name = f"no-rights-{uuid.uuid4().hex[:6]}"
     cp.request("POST", f"/api/v1/namespaces/{infra}/serviceaccounts", {"metadata": {"name": name}})
     issued = cp.request(
