@@ -32,6 +32,7 @@ from components.binpack_scheduler.settings import (
 from components.cluster_access import LayerSection
 from components.control_plane_features.settings import ControlPlaneSettings
 from components.extended_resource_nodes.settings import ExtendedResourceNodesSettings
+from components.gpu_operator.settings import CHART as GPU_OPERATOR_CHART
 from components.gpu_operator.settings import GpuOperatorSettings
 from components.gpu_priority_classes.settings import GpuPriorityClassesSettings
 from components.inventory import Inventory
@@ -41,6 +42,7 @@ from components.kubeconfig import (
     kubeconfig_document,
 )
 from components.kubernetes_version import major_minor
+from components.monitoring_stack.settings import CHART as MONITORING_CHART
 from components.monitoring_stack.settings import MonitoringStackSettings
 from components.opa_gate.settings import (
     ADMISSION_ENGINES,
@@ -285,6 +287,7 @@ class StackConfig(Settings):
             component="GpuOperator",
             summary="NVIDIA GPU Operator Helm release; off unless `gpuOperator.enabled`",
             namespace="namespace",
+            chart=GPU_OPERATOR_CHART,
         ),
     ] = Field(default_factory=GpuOperatorSettings)
     """The NVIDIA GPU Operator Helm release (GpuOperator)."""
@@ -314,6 +317,7 @@ class StackConfig(Settings):
             summary="kube-prometheus-stack, DCGM ServiceMonitor, GPU dashboard and alerts; "
             "off unless `monitoring.enabled`",
             namespace="namespace",
+            chart=MONITORING_CHART,
         ),
     ] = Field(default_factory=MonitoringStackSettings)
     """kube-prometheus-stack, the dcgm-exporter ServiceMonitor, GPU dashboard and alerts

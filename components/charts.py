@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,23 @@ def is_local_chart(value: str) -> bool:
 
 def is_chart_source(value: str) -> bool:
     return is_helm_repository(value) or is_local_chart(value)
+
+
+@dataclass(frozen=True)
+class HelmChart:
+    """The chart a Helm layer installs: its name in the chart repository, the version the stack
+    pins, and the CRDs it carries (the file the tools build renders from the chart's Go module,
+    for the local chart that stands in for it; None when it carries none the stack needs). A
+    layer's row in the table of layers names it (Layer.chart), so the local cluster's stand-in
+    charts follow the layers."""
+
+    name: str
+    version: str
+    crds: str | None = None
+
+    def release_chart(self, source: str, version: str) -> dict[str, Any]:
+        """helm_chart() of this chart from `source` at `version`."""
+        return helm_chart(self.name, source, version)
 
 
 def helm_chart(chart: str, source: str, version: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import types
 import typing
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import pulumi
 from pydantic import (
@@ -29,6 +29,9 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError, core_schema
+
+if TYPE_CHECKING:
+    from components.charts import HelmChart
 
 PROJECT = "gpu-cluster"
 ERROR_TYPE = "gpu_cluster"
@@ -106,6 +109,8 @@ class Layer:
     settings then also have `createNamespace` (false: use an existing one)."""
     fixed_namespace: str | None = None
     """The namespace the layer creates that is no setting."""
+    chart: HelmChart | None = None
+    """The Helm chart the layer installs (its settings module's CHART), if it installs one."""
 
 
 class ContextRule:

@@ -135,3 +135,22 @@ def test_layers_the_shared_modules_import_no_layer() -> None:
         if any(module == layer or module.startswith(f"{layer}.") for layer in layers)
     )
     assert crossing == []
+
+
+@pytest.mark.parametrize("layer", LAYERS, ids=lambda row: row.component)
+def test_layers_a_helm_layer_names_its_chart_and_the_local_cluster_stands_it_in(
+    layer: LayerRow,
+) -> None:
+    """A layer that installs a Helm release names its chart in its row (Layer.chart), from
+    which the harness writes the local stand-in chart; the CRDs that chart carries are a file
+    the tools build renders."""
+    from tools.harness.charts import CHARTS
+
+    source = (folder_of(layer.component) / "component.py").read_text()
+    if "helm.v3.Release(" not in source:
+        assert layer.chart is None
+        return
+    assert layer.chart is not None, f"{layer.component} installs a chart its row does not name"
+    assert CHARTS[layer.chart.name] == (layer.key, layer.chart)
+    if layer.chart.crds is not None:
+        assert layer.chart.crds in (ROOT / "tools" / "build-tools.sh").read_text()

@@ -43,7 +43,6 @@ from typing import Annotated, Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.charts import helm_chart
 from components.cluster_access import ClusterAccess, ClusterLayer
 from components.gpu_operator.manifests import (
     operator_namespace,
@@ -52,6 +51,7 @@ from components.gpu_operator.manifests import (
     time_slicing_config_map,
 )
 from components.gpu_operator.settings import (
+    CHART,
     DCGM_PORT_NAME,
     GpuOperatorSettings,
     dcgm_service_selector,
@@ -131,7 +131,7 @@ class GpuOperator(ClusterLayer):
         release = k8s.helm.v3.Release(
             f"{name}-release",
             name=RELEASE_NAME,
-            **helm_chart("gpu-operator", args.repository, args.version),
+            **CHART.release_chart(args.repository, args.version),
             namespace=args.namespace,
             values=values,
             # The new ClusterPolicy may carry fields only the hook's new CRD knows.

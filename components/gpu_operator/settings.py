@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, get_args
 
 from pydantic import Field, ValidationInfo, model_validator
 
-from components.charts import HELM_REPOSITORY, chart_version, free_values
+from components.charts import HELM_REPOSITORY, HelmChart, chart_version, free_values
 from components.gpu_resources import (
     DEVICE_CLASS_RESOURCE_PREFIX,
     DRA_DRIVER,
@@ -41,6 +41,8 @@ ALLOCATIONS: tuple[Allocation, ...] = get_args(Allocation)
 
 DEFAULT_REPOSITORY = "https://helm.ngc.nvidia.com/nvidia"
 DEFAULT_VERSION = "v26.3.3"
+# The chart this layer installs (its row in the table of layers names it).
+CHART = HelmChart("gpu-operator", DEFAULT_VERSION)
 # What the operator's dcgm-exporter Service looks like (ClusterPolicy defaults).
 # Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-telemetry/latest/kube-prometheus.html
 DCGM_SERVICE_SELECTOR: Mapping[str, str] = {"app": "nvidia-dcgm-exporter"}

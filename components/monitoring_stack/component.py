@@ -38,7 +38,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field, model_validator
 
-from components.charts import helm_chart
 from components.cluster_access import ClusterAccess, ClusterLayer
 from components.gpu_resources import WHOLE_GPU, Allocation, GpuResources
 from components.handoffs import DcgmTarget
@@ -55,7 +54,7 @@ from components.monitoring_stack.manifests import (
     prometheus_rule,
     stack_values,
 )
-from components.monitoring_stack.settings import MonitoringStackSettings
+from components.monitoring_stack.settings import CHART, MonitoringStackSettings
 from components.settings import PROJECT, Runtime
 
 TOKEN = f"{PROJECT}:index:MonitoringStack"
@@ -151,7 +150,7 @@ class MonitoringStack(ClusterLayer):
         release = k8s.helm.v3.Release(
             f"{name}-release",
             name=RELEASE_NAME,
-            **helm_chart("kube-prometheus-stack", args.repository, args.version),
+            **CHART.release_chart(args.repository, args.version),
             namespace=namespace,
             values=grafana_secret.apply(lambda secret: stack_values(args, secret, args.allocation)),
             opts=self.children,

@@ -77,6 +77,24 @@ _KSM_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _KSM_EVERY_LABEL = "*"
 
 
+def grafana_secret_prerequisites(
+    namespace: str, secret: str, password: str
+) -> list[dict[str, Any]]:
+    """What the operator creates before `up` with monitoring.grafanaAdminSecret (README,
+    Prerequisites): the namespace (createNamespace false) and the Secret with Grafana's admin
+    user and password under the keys the layer reads. The local cluster's harness creates them
+    from here."""
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": secret, "namespace": namespace},
+            "stringData": {GRAFANA_USER_KEY: "admin", GRAFANA_PASSWORD_KEY: password},
+        },
+    ]
+
+
 def kube_state_metrics_resource(name: str) -> str:
     """A Kubernetes resource name as kube-state-metrics exports it in its `resource` label."""
     return _KSM_INVALID.sub("_", name)

@@ -7,12 +7,16 @@ from typing import Annotated, Any, Self
 
 from pydantic import Field, ValidationInfo, model_validator
 
-from components.charts import HELM_REPOSITORY, chart_version, free_values
+from components.charts import HELM_REPOSITORY, HelmChart, chart_version, free_values
 from components.kubernetes_names import NAMESPACE, is_dns1123_subdomain
 from components.settings import BOOL, PROJECT, Settings, context_value, problem, text
 
 DEFAULT_REPOSITORY = "https://prometheus-community.github.io/helm-charts"
 DEFAULT_VERSION = "88.2.0"
+# The chart this layer installs (its row in the table of layers names it), with the
+# monitoring.coreos.com CRDs it carries (rendered by the tools build from the Prometheus
+# Operator's API module: the local stand-in chart carries them too).
+CHART = HelmChart("kube-prometheus-stack", DEFAULT_VERSION, crds="monitoring-crds.yaml")
 
 SECRET_NAME = text(is_dns1123_subdomain, "expected a Secret name (DNS-1123 subdomain)")
 

@@ -17,6 +17,8 @@ from components.monitoring_stack.manifests import (
     CERT_NOT_AFTER_METRIC,
     DCGM_ABSENCE_GROUP,
     DCGM_JOB,
+    GRAFANA_PASSWORD_KEY,
+    GRAFANA_USER_KEY,
     dashboard_config_map,
     dcgm_endpoint,
     dcgm_service_monitor,
@@ -25,6 +27,7 @@ from components.monitoring_stack.manifests import (
     gpu_dashboard,
     gpu_resource_regex,
     grafana_admin_secret,
+    grafana_secret_prerequisites,
     kube_state_metrics_label,
     kube_state_metrics_resource,
     monitoring_namespace,
@@ -288,3 +291,10 @@ def test_dcgm_service_monitor_selects_the_exporter_service(
     assert {"targetLabel": "job", "replacement": DCGM_JOB, "action": "replace"} in endpoint[
         "relabelings"
     ]
+
+
+def test_grafana_secret_prerequisites_are_what_the_layer_reads() -> None:
+    namespace, secret = grafana_secret_prerequisites("metrics", "grafana-admin", "pw")
+    assert namespace == {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "metrics"}}
+    assert secret["metadata"] == {"name": "grafana-admin", "namespace": "metrics"}
+    assert secret["stringData"] == {GRAFANA_USER_KEY: "admin", GRAFANA_PASSWORD_KEY: "pw"}

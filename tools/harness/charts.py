@@ -1,7 +1,7 @@
 """Local Helm charts for the stack's releases: no chart repository can be reached here.
 
-Each chart carries the name and version the stack pins (GpuOperator's and MonitoringStack's
-defaults) and renders the values its release was given into a ConfigMap
+Each chart carries the name and version the stack pins (the HelmChart of each layer's row in
+stack_config.LAYERS) and renders the values its release was given into a ConfigMap
 (`<release>-values`, key `values.yaml`), so a scenario reads back exactly what the real
 kubernetes provider handed to Helm. kube-prometheus-stack's chart carries the
 monitoring.coreos.com CRDs in crds/ (rendered by the build from the Prometheus Operator's API
@@ -16,20 +16,21 @@ from typing import Any
 
 import yaml
 
-from components.gpu_operator import settings as gpu_operator_settings
-from components.monitoring_stack import settings as monitoring_stack_settings
+from components.charts import HelmChart
+from components.gpu_operator.settings import CHART as GPU_OPERATOR_CHART
+from components.monitoring_stack.settings import CHART as MONITORING_CHART
+from stack_config import LAYERS
 from tools.harness.tools import require_tool
 
-MONITORING_CRDS = "monitoring-crds.yaml"
-"""The built file of monitoring.coreos.com CRDs (tools/build-tools.sh)."""
-
-GPU_OPERATOR = "gpu-operator"
-KUBE_PROMETHEUS_STACK = "kube-prometheus-stack"
-# Chart -> the stack's config section that names where it comes from, and its pinned version.
-CHARTS = {
-    GPU_OPERATOR: ("gpuOperator", gpu_operator_settings.DEFAULT_VERSION),
-    KUBE_PROMETHEUS_STACK: ("monitoring", monitoring_stack_settings.DEFAULT_VERSION),
+# Chart name -> (the stack config section that names where it comes from, the chart): every
+# layer whose row names a chart (stack_config.LAYERS).
+CHARTS: dict[str, tuple[str, HelmChart]] = {
+    row.chart.name: (row.key, row.chart) for row in LAYERS if row.chart is not None
 }
+GPU_OPERATOR = GPU_OPERATOR_CHART.name
+KUBE_PROMETHEUS_STACK = MONITORING_CHART.name
+# The built files of the CRDs the charts carry (tools/build-tools.sh builds them).
+CHART_CRDS = tuple(sorted({c.crds for _, c in CHARTS.values() if c.crds is not None}))
 VALUES_KEY = "values.yaml"
 
 VALUES_TEMPLATE = """\
@@ -61,9 +62,10 @@ def write_chart(root: Path, chart: str, version: str) -> Path:
         )
     )
     (directory / "templates" / "values.yaml").write_text(VALUES_TEMPLATE)
-    if chart == KUBE_PROMETHEUS_STACK:
+    crds = CHARTS[chart][1].crds
+    if crds is not None:
         (directory / "crds").mkdir(exist_ok=True)
-        (directory / "crds" / MONITORING_CRDS).write_text(require_tool(MONITORING_CRDS).read_text())
+        (directory / "crds" / crds).write_text(require_tool(crds).read_text())
     return directory
 
 
@@ -80,7 +82,7 @@ def chart_overrides(
         section = dict(config.get(key) or {})
         if not section.get("enabled"):
             continue
-        version = (versions or {}).get(chart) or section.get("version") or pinned
+        version = (versions or {}).get(chart) or section.get("version") or pinned.version
         section["repository"] = str(write_chart(root, chart, version))
         overrides[key] = section
     return overrides

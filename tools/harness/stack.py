@@ -27,8 +27,10 @@ from kubernetes import client, dynamic
 from pulumi import automation as auto
 
 from components.binpack_scheduler.settings import BinpackSchedulerSettings
+from components.monitoring_stack.manifests import grafana_secret_prerequisites
+from components.monitoring_stack.settings import MonitoringStackSettings
 from tools.harness import dra
-from tools.harness.charts import MONITORING_CRDS, chart_overrides
+from tools.harness.charts import CHART_CRDS, chart_overrides
 from tools.harness.child_process import Lifecycle
 from tools.harness.cluster import CLUSTER_TOOLS, LocalCluster, items_flag
 from tools.harness.fake_nodes import FakeNode, cpu_node, gpu_node
@@ -48,7 +50,7 @@ STACK_TOOLS = (
     *CLUSTER_TOOLS,
     "kubeadm",
     "gpu-binpack-scheduler",
-    MONITORING_CRDS,
+    *CHART_CRDS,
     *WHOLE_PROGRAM_TOOLS,
 )
 
@@ -143,19 +145,10 @@ def prerequisites(api_client: Any, stack: str, *, create: bool = True) -> dict[s
         return {"grafanaAdminPassword": password}
     if not create:  # another stack on this cluster made them
         return {}
-    namespace = monitoring.get("namespace") or "monitoring"
-    core.create_namespace(
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-    )
-    core.create_namespaced_secret(
-        namespace,
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": secret},
-            "stringData": {"admin-user": "admin", "admin-password": password},
-        },
-    )
+    namespace = monitoring.get("namespace") or MonitoringStackSettings().namespace
+    namespace_object, secret_object = grafana_secret_prerequisites(namespace, secret, password)
+    core.create_namespace(namespace_object)
+    core.create_namespaced_secret(namespace, secret_object)
     return {}
 
 
