@@ -65,7 +65,7 @@ class TaintedGpuPool(pulumi.ComponentResource):
         # id (known), so a change to the pool previews as a change of the pool alone.
         done = pool.failed.apply(lambda failed: _all_done(failed, len(nodes)))
         settled = pool.id if pulumi.runtime.is_dry_run() else done
-        self.nodes = done.apply(lambda _: nodes)
+        self.nodes = settled.apply(lambda _: nodes)
         self.taint = settled.apply(lambda _: args.taint.as_dict())
         self.toleration = settled.apply(lambda _: args.taint.toleration())
         self.labels = settled.apply(lambda _: dict(args.labels))
