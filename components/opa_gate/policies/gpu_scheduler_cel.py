@@ -29,6 +29,13 @@ _DOCUMENT = "$document"
 DEVICE_CLASSES_KEY = "gpu_device_classes"
 """The parameter document's key for the DeviceClasses whose claims are GPU requests (DRA
 mode); the CEL file reads it by this name."""
+POOL_NODES_KEY = "pool_nodes"
+"""The parameter document's key for the GPU pool's nodes."""
+# The API server compiles no CEL expression of more than 100,000 code points ("expression code
+# point size exceeds limit", measured on kube-apiserver v1.37.2): the pool's nodes, thousands of
+# names, are written into variables of their own, each at most this long, beside `config`.
+NODES_PER_VARIABLE_CHARS = 90_000
+_POOL_NODES_VARIABLE = "poolNodes"
 
 
 def literal(value: str | Sequence[str] | Mapping[str, Any]) -> str:
@@ -51,24 +58,68 @@ def variables(params: Mapping[str, str]) -> list[dict[str, str]]:
     """The variables both policies declare (each may use the ones before it), the parameter
     document `params` written in as `config`. In DRA mode (the document has device classes)
     gpuNames leaves resource claims to the claim policies."""
+    nodes = params.get(POOL_NODES_KEY)
+    written = {k: v for k, v in params.items() if k != POOL_NODES_KEY}
     declared = [
-        {**v, "expression": v["expression"].replace(_DOCUMENT, literal(params))}
+        {**v, "expression": v["expression"].replace(_DOCUMENT, literal(written))}
         for v in _load()["variables"]
     ]
     if not any(
         v["name"] == "config" and _DOCUMENT in v["expression"] for v in _load()["variables"]
     ):
         raise ValueError(f"{CEL_FILE.name}: the config variable must be {_DOCUMENT}")
+    if nodes is not None:
+        declared = _with_pool_nodes(declared, nodes)
     if claims_looked_up(params):
         return _replaced(declared, "gpuNames", _load()["claims"]["podGpuNames"])
     return declared
 
 
+def _node_chunks(nodes: str) -> list[list[str]]:
+    """The comma-separated `nodes`, in lists of at most NODES_PER_VARIABLE_CHARS as literals."""
+    chunks: list[list[str]] = [[]]
+    size = 0
+    for name in nodes.split(","):
+        cost = len(json.dumps(name)) + 2
+        if chunks[-1] and size + cost > NODES_PER_VARIABLE_CHARS:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(name)
+        size += cost
+    return chunks
+
+
+def _with_pool_nodes(declared: list[dict[str, str]], nodes: str) -> list[dict[str, str]]:
+    """`declared` with the pool's `nodes` (comma-separated, as the document holds them) in
+    variables poolNodes0, poolNodes1... just before poolNodes, which adds them up."""
+    chunks = _node_chunks(nodes) if nodes else []
+    names = [f"{_POOL_NODES_VARIABLE}{i}" for i in range(len(chunks))]
+    added = [{"name": n, "expression": literal(c)} for n, c in zip(names, chunks, strict=True)]
+    total = " + ".join(f"variables.{n}" for n in names) or "[]"
+    malformed = "true" if any(name == "" for names in chunks for name in names) else "false"
+    found: list[dict[str, str]] = []
+    for variable in declared:
+        if variable["name"] == _POOL_NODES_VARIABLE:
+            found.extend(added)
+            variable = {**variable, "expression": total}
+        elif variable["name"] == f"{_POOL_NODES_VARIABLE}Malformed":
+            variable = {**variable, "expression": malformed}
+        found.append(variable)
+    if len(found) != len(declared) + len(added):
+        raise ValueError(f"CEL variable {_POOL_NODES_VARIABLE} is not declared")
+    return found
+
+
 def document(spec_variables: Sequence[Mapping[str, str]]) -> dict[str, str]:
-    """The parameter document a policy was rendered with (its `config` variable)."""
+    """The parameter document a policy was rendered with (its `config` variable, and the pool's
+    nodes in their variables)."""
     (config,) = [v["expression"] for v in spec_variables if v["name"] == "config"]
     found: dict[str, str] = json.loads(config)
-    return found
+    chunk = re.compile(rf"{_POOL_NODES_VARIABLE}[0-9]+")
+    chunks = [json.loads(v["expression"]) for v in spec_variables if chunk.fullmatch(v["name"])]
+    if chunks:
+        found[POOL_NODES_KEY] = ",".join(name for names in chunks for name in names)
+    return dict(sorted(found.items()))
 
 
 def claims_looked_up(params: Mapping[str, str]) -> bool:
