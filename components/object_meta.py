@@ -13,6 +13,11 @@ PART_OF: Mapping[str, str] = {"app.kubernetes.io/part-of": PROJECT}
 uses without owning it (NamespaceLabel is what is)."""
 
 
+POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
+"""Pod Security admission's enforce level label on a namespace.
+Ref: https://kubernetes.io/docs/concepts/security/pod-security-admission/"""
+
+
 @dataclass(frozen=True)
 class NamespaceLabel:
     """A label a layer's pods need on their namespace to run or to work (Pod Security's enforce

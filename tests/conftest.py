@@ -23,7 +23,7 @@ from google.protobuf import json_format
 from pulumi.runtime import rpc, settings
 from pulumi.runtime.mocks import MockMonitor
 
-from tests.fake_cluster import FakeCluster, claimed_cluster
+from tests.fake_cluster import FakeCluster, monitoring_ready_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -215,7 +215,7 @@ def register(
     check reads `cluster` (when None: one the stack claimed, with the namespace `monitoring`
     that the dev and prod stacks use without creating it)."""
     recording = recording if recording is not None else Recording()
-    fake = cluster if cluster is not None else claimed_cluster("monitoring")
+    fake = cluster if cluster is not None else monitoring_ready_cluster()
     with _reading(fake):
         return _register(build, config, stack, recording)
 

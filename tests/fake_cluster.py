@@ -22,6 +22,8 @@ from components.cluster_access import (
     CLAIM_NAMESPACE,
     CLAIM_OBJECTS_KEY,
 )
+from components.monitoring_stack.manifests import monitoring_namespace_needs
+from components.object_meta import namespace_labels
 from components.providers.node_api import IDENTITY_NAME
 from components.settings import PROJECT
 
@@ -230,3 +232,11 @@ def helm_release_objects(
 def claimed_cluster(*namespaces: str) -> FakeCluster:
     """A cluster this (mocked) stack claimed before, with `namespaces` made by someone else."""
     return FakeCluster([claim_object(), *(namespace_object(n) for n in namespaces)])
+
+
+def monitoring_ready_cluster(namespace: str = "monitoring") -> FakeCluster:
+    """A cluster this stack claimed before, with the monitoring namespace the dev and prod
+    stacks use without creating it, made as the README asks (with the labels the layer's pods
+    need: monitoring_namespace_needs)."""
+    labels = namespace_labels(monitoring_namespace_needs())
+    return FakeCluster([claim_object(), namespace_object(namespace, labels)])

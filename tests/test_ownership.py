@@ -16,7 +16,8 @@ import pytest
 from components.gpu_operator.manifests import operator_namespace_needs
 from components.gpu_operator.settings import DRA_ADMIN_NAMESPACE_LABEL
 from components.gpu_resources import Allocation
-from components.object_meta import PART_OF, NamespaceLabel
+from components.monitoring_stack.manifests import monitoring_namespace_needs
+from components.object_meta import PART_OF, NamespaceLabel, namespace_labels
 from components.ownership import (
     HELM_RELEASE_API,
     HELM_RELEASE_KIND,
@@ -282,7 +283,10 @@ def test_ownership_the_whole_program_declares_and_records_every_object(
 
 
 def test_ownership_another_stacks_claim_stops_the_program() -> None:
-    cluster = FakeCluster([claim_object("another-stacks-id"), namespace_object("monitoring")])
+    labels = namespace_labels(monitoring_namespace_needs())
+    cluster = FakeCluster(
+        [claim_object("another-stacks-id"), namespace_object("monitoring", labels)]
+    )
     with pytest.raises(OwnershipError) as refused:
         run_program("dev", cluster=cluster)
     assert [p.key for p in refused.value.problems] == ["claim"]

@@ -24,7 +24,7 @@ from components.opa_gate.preview import PROBE_NAMESPACE, check_pool_toleration, 
 from components.opa_gate.settings import EXTENDED_RESOURCE_TOLERATION
 from stack_config import ConfigError
 from tests.conftest import Recording, run_program
-from tests.fake_cluster import FakeCluster, claimed_cluster
+from tests.fake_cluster import FakeCluster, monitoring_ready_cluster
 
 GPU = "nvidia.com/gpu"
 TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
@@ -196,7 +196,7 @@ def warnings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def _cluster(monkeypatch: pytest.MonkeyPatch, **kwargs: Any) -> FakeCluster:
     """The dev and prod stacks' cluster (claimed, `monitoring` made by someone else), whose
     dry-runs the preview's toleration check makes."""
-    fake = claimed_cluster("monitoring")
+    fake = monitoring_ready_cluster()
     for name, value in kwargs.items():
         setattr(fake, name, value)
     monkeypatch.setattr(cluster_access, "pod_dry_run", lambda kubeconfig, context: fake.dry_run_pod)

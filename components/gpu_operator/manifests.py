@@ -22,12 +22,17 @@ from components.gpu_operator.settings import (
     TimeSlicing,
 )
 from components.gpu_resources import Allocation
-from components.object_meta import PART_OF, NamespaceLabel, namespace_labels, object_meta
+from components.object_meta import (
+    PART_OF,
+    POD_SECURITY_ENFORCE,
+    NamespaceLabel,
+    namespace_labels,
+    object_meta,
+)
 
 # The name the device plugin's time-slicing config is stored under in the ConfigMap.
 TIME_SLICING_KEY = "any"
 TIME_SLICING_CONFIG_MAP = "time-slicing-config"
-POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 
 
 def operator_namespace_needs(

@@ -28,7 +28,13 @@ from components.monitoring_stack.settings import (
     MonitoringStackSettings,
     parse_labels_allowlist,
 )
-from components.object_meta import PART_OF, NamespaceLabel, namespace_labels, object_meta
+from components.object_meta import (
+    PART_OF,
+    POD_SECURITY_ENFORCE,
+    NamespaceLabel,
+    namespace_labels,
+    object_meta,
+)
 from components.settings import PROJECT
 
 HERE = Path(__file__).resolve().parent
@@ -81,11 +87,16 @@ def grafana_secret_prerequisites(
     namespace: str, secret: str, password: str
 ) -> list[dict[str, Any]]:
     """What the operator creates before `up` with monitoring.grafanaAdminSecret (README,
-    Prerequisites): the namespace (createNamespace false) and the Secret with Grafana's admin
-    user and password under the keys the layer reads. The local cluster's harness creates them
-    from here."""
+    Prerequisites): the namespace (createNamespace false) with the labels the layer's pods need
+    (monitoring_namespace_needs), and the Secret with Grafana's admin user and password under
+    the keys the layer reads. The local cluster's harness creates them from here."""
+    labels = namespace_labels(monitoring_namespace_needs())
     return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": namespace, "labels": labels},
+        },
         {
             "apiVersion": "v1",
             "kind": "Secret",
@@ -335,11 +346,21 @@ def dra_kube_state_metrics(chart: Mapping[str, Any]) -> dict[str, Any]:
 def monitoring_namespace_needs() -> tuple[NamespaceLabel, ...]:
     """The labels the layer's pods need on its namespace: on the one it creates, and on an
     existing one it uses (createNamespace false; the ownership check refuses one without them).
-    None today: the part-of label is the stack's bookkeeping, not a need.
-    (kube-prometheus-stack's node-exporter uses the host's network, PIDs and paths, which only
-    Pod Security's privileged level admits; the layer sets no level on the namespace it creates
-    either, so both rest on the cluster's default level.)"""
-    return ()
+    Pod Security's enforce level privileged: kube-prometheus-stack's node-exporter uses the
+    host's network, PIDs and paths, and the cluster's default level is in the API server's
+    admission configuration, which the stack cannot read. The part-of label is the stack's
+    bookkeeping, not a need.
+    # Ref: https://kubernetes.io/docs/concepts/security/pod-security-standards/
+    """
+    return (
+        NamespaceLabel(
+            POD_SECURITY_ENFORCE,
+            "privileged",
+            "kube-prometheus-stack's node-exporter uses the host's network, PIDs and paths, "
+            "which Pod Security admits only at privileged; the stack cannot read the cluster's "
+            "default level, so the namespace must say it",
+        ),
+    )
 
 
 def monitoring_namespace(name: str) -> dict[str, Any]:

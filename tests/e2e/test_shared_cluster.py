@@ -70,8 +70,9 @@ def test_an_existing_namespace_is_refused_and_can_be_used_without_being_owned(
 ) -> None:
     """Another team's `monitoring` namespace exists before the first `up`: preview and up stop
     naming it and the ways out, and nothing is applied (no claim, nodes untouched). With
-    monitoring.createNamespace false the stack uses it, and destroy leaves it and the team's
-    data as they were."""
+    monitoring.createNamespace false the stack uses it once it has the Pod Security level the
+    node exporter needs (refused until then, naming the label), and destroy leaves it and the
+    team's data as they were."""
     require_e2e_tools()
     with AppliedStack(STACK, tmp_path_factory.mktemp("e2e-shared-ns")) as applied:
         monitoring = dict(stack_config(STACK, applied.overrides)["monitoring"])
@@ -93,6 +94,15 @@ def test_an_existing_namespace_is_refused_and_can_be_used_without_being_owned(
         assert applied.kubernetes_objects() == []
 
         applied.set_config({"monitoring": {**monitoring, "createNamespace": False}})
+        # The team's namespace lacks what the layer's pods need: refused, naming the label.
+        with pytest.raises(StackError) as unlabelled:
+            applied.up()
+        assert "pod-security.kubernetes.io/enforce" in str(unlabelled.value)
+        assert applied.kubernetes_objects() == []
+        _core(applied).patch_namespace(
+            namespace,
+            {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "privileged"}}},
+        )
         applied.up()
         assert _resources_only(applied.up()) == []
         claim = _claim(applied)
@@ -257,6 +267,15 @@ def test_an_object_made_after_a_failed_up_is_refused_not_taken_over(
         assert _core(applied).read_namespace(namespace).metadata.annotations is None
 
         applied.set_config({"monitoring": {**monitoring, "createNamespace": False}})
+        # The team's namespace lacks what the layer's pods need: refused, naming the label.
+        with pytest.raises(StackError) as unlabelled:
+            applied.up()
+        assert "pod-security.kubernetes.io/enforce" in str(unlabelled.value)
+        assert applied.kubernetes_objects() == []
+        _core(applied).patch_namespace(
+            namespace,
+            {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "privileged"}}},
+        )
         applied.up()
         assert _resources_only(applied.up()) == []
         assert all(applied.exists(o) for o in created)

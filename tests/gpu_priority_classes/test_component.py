@@ -10,7 +10,7 @@ from components import GpuPriorityClasses, GpuPriorityClassesArgs
 from components.gpu_priority_classes.settings import DEFAULT_CLASSES
 from components.ownership import OwnershipError
 from tests.conftest import component_access, register, run_program
-from tests.fake_cluster import claimed_cluster
+from tests.fake_cluster import monitoring_ready_cluster
 
 PRIORITY_CLASS = "kubernetes:scheduling.k8s.io/v1:PriorityClass"
 
@@ -48,7 +48,7 @@ def test_priority_classes_in_the_program_only_when_enabled() -> None:
 
 
 def test_priority_classes_an_existing_class_of_the_name_is_refused_naming_the_section() -> None:
-    cluster = claimed_cluster("monitoring")
+    cluster = monitoring_ready_cluster()
     cluster.add(
         {
             "apiVersion": "scheduling.k8s.io/v1",

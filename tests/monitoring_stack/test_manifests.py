@@ -172,17 +172,19 @@ def test_rule_groups_leave_out_nodes_labelled_without_operands() -> None:
     ]
 
 
-def test_monitoring_namespace_is_the_stacks() -> None:
+def test_monitoring_namespace_is_the_stacks_and_admits_the_node_exporter() -> None:
     assert monitoring_namespace("monitoring")["metadata"] == {
         "name": "monitoring",
-        "labels": PART_OF,
+        "labels": {**PART_OF, "pod-security.kubernetes.io/enforce": "privileged"},
     }
 
 
-def test_monitoring_namespace_asks_nothing_of_an_existing_one() -> None:
+def test_monitoring_namespace_asks_an_existing_one_for_pod_security_privileged() -> None:
     """The part-of label is the stack's bookkeeping: a namespace the layer uses without
-    creating it (createNamespace false) needs no label of the stack's."""
-    assert monitoring_namespace_needs() == ()
+    creating it (createNamespace false) needs only the level the node exporter runs at."""
+    (needed,) = monitoring_namespace_needs()
+    assert (needed.key, needed.value) == ("pod-security.kubernetes.io/enforce", "privileged")
+    assert "node-exporter" in needed.why
 
 
 def test_grafana_admin_secret_holds_the_password_as_given() -> None:
@@ -295,6 +297,13 @@ def test_dcgm_service_monitor_selects_the_exporter_service(
 
 def test_grafana_secret_prerequisites_are_what_the_layer_reads() -> None:
     namespace, secret = grafana_secret_prerequisites("metrics", "grafana-admin", "pw")
-    assert namespace == {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "metrics"}}
+    assert namespace == {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": "metrics",
+            "labels": {"pod-security.kubernetes.io/enforce": "privileged"},
+        },
+    }
     assert secret["metadata"] == {"name": "grafana-admin", "namespace": "metrics"}
     assert secret["stringData"] == {GRAFANA_USER_KEY: "admin", GRAFANA_PASSWORD_KEY: "pw"}
