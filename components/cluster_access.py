@@ -195,26 +195,49 @@ def pod_dry_run(kubeconfig: str, context: str | None) -> PodDryRun:
     api = api_client_from_kubeconfig(kubeconfig, context)
 
     def create(namespace: str, pod: Mapping[str, Any]) -> Mapping[str, Any]:
-        request = api.param_serialize(
-            method="POST",
-            resource_path=f"/api/v1/namespaces/{namespace}/pods",
-            query_params=[("dryRun", "All")],
-            header_params={"Accept": "application/json", "Content-Type": "application/json"},
+        status, reason, answer = _call(
+            api,
+            "POST",
+            f"/api/v1/namespaces/{namespace}/pods",
+            [("dryRun", "All")],
+            PROBE_TIMEOUT_S,
             body=dict(pod),
-            auth_settings=["BearerToken"],
         )
-        response = api.call_api(*request, _request_timeout=PROBE_TIMEOUT_S)
-        body = response.read()
-        try:
-            answer = json.loads(body) if body else {}
-        except ValueError:
-            answer = {}
-        if not 200 <= response.status < 300:
-            message = answer.get("message") if isinstance(answer, Mapping) else None
-            raise DryRunRefused(f"HTTP {response.status}: {message or response.reason}")
-        return answer if isinstance(answer, Mapping) else {}
+        if not 200 <= status < 300:
+            raise DryRunRefused(f"HTTP {status}: {answer.get('message') or reason}")
+        return answer
 
     return create
+
+
+def _call(
+    api: Any,
+    method: str,
+    path: str,
+    query: list[tuple[str, str]],
+    timeout: float,
+    body: Mapping[str, Any] | None = None,
+) -> tuple[int, str, Mapping[str, Any]]:
+    """One JSON request to the API server: (HTTP status, reason, the decoded answer, {} when it
+    is none)."""
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    request = api.param_serialize(
+        method=method,
+        resource_path=path,
+        query_params=query,
+        header_params=headers,
+        body=body,
+        auth_settings=["BearerToken"],
+    )
+    response = api.call_api(*request, _request_timeout=timeout)
+    raw = response.read()
+    try:
+        answer = json.loads(raw) if raw else {}
+    except ValueError:
+        answer = {}
+    return response.status, str(response.reason), answer if isinstance(answer, Mapping) else {}
 
 
 # The workloads whose controllers create pods from a template, each listed across namespaces:
@@ -255,23 +278,10 @@ class ListRefused(Exception):
 
 
 def _list_page(api: Any, path: str, query: list[tuple[str, str]]) -> Mapping[str, Any]:
-    request = api.param_serialize(
-        method="GET",
-        resource_path=path,
-        query_params=query,
-        header_params={"Accept": "application/json"},
-        auth_settings=["BearerToken"],
-    )
-    response = api.call_api(*request, _request_timeout=LIST_TIMEOUT_S)
-    body = response.read()
-    try:
-        answer = json.loads(body) if body else {}
-    except ValueError:
-        answer = {}
-    if not 200 <= response.status < 300:
-        message = answer.get("message") if isinstance(answer, Mapping) else None
-        raise ListRefused(f"GET {path}: HTTP {response.status}: {message or response.reason}")
-    return answer if isinstance(answer, Mapping) else {}
+    status, reason, answer = _call(api, "GET", path, query, LIST_TIMEOUT_S)
+    if not 200 <= status < 300:
+        raise ListRefused(f"GET {path}: HTTP {status}: {answer.get('message') or reason}")
+    return answer
 
 
 def _at(obj: Mapping[str, Any], path: Iterable[str]) -> Mapping[str, Any]:
