@@ -28,6 +28,8 @@ DRA_REPLAY = RESULTS / "dra-replay"
 """bench.openb_replay and bench.scheduler_scale with --dra: GPUs claimed through DRA."""
 ADMISSION_GAP = RESULTS / "admission-gap"
 """bench.admission_gap: pods the gate refuses while a restarted API server starts."""
+POOL_FENCE = RESULTS / "pool-fence"
+"""bench.pool_fence: what the pool fence costs a pod create as the pool grows."""
 
 
 def write_rows(path: Path, fields: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:
