@@ -39,3 +39,10 @@ def write_rows(path: Path, fields: Sequence[str], rows: Iterable[Mapping[str, An
         writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
+
+
+def markdown_table(fields: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
+    """A Markdown table: `fields` as its header, one line per row."""
+    lines = ["| " + " | ".join(fields) + " |", "|" + "---|" * len(fields)]
+    lines += ["| " + " | ".join(str(row[f]) for f in fields) + " |" for row in rows]
+    return "\n".join(lines)

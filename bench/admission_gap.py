@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import ADMISSION_GAP, write_rows
+from bench import ADMISSION_GAP, markdown_table, write_rows
 from components.gpu_resources import DRA_DEVICE_CLASSES, DRA_DRIVER, GPU_DEVICE_CLASS
 from components.kubernetes_names import service_account_user
 from components.opa_gate.manifests import allocation_objects, gate_data, native_objects
@@ -300,10 +300,7 @@ def run_once(variant: str, configmaps: int, seconds: float, workdir: Path, size:
 
 
 def table(rows: Sequence[Row]) -> str:
-    header = "| " + " | ".join(FIELDS) + " |"
-    lines = [header, "|" + "---|" * len(FIELDS)]
-    lines += ["| " + " | ".join(str(asdict(r)[f]) for f in FIELDS) + " |" for r in rows]
-    return "\n".join(lines)
+    return markdown_table(FIELDS, (asdict(r) for r in rows))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import POOL_FENCE, write_rows
+from bench import POOL_FENCE, markdown_table, write_rows
 from components.opa_gate.manifests import gate_data, native_objects
 from tools.harness import LocalControlPlane
 from tools.harness.child_process import no_proxy_opener
@@ -187,10 +187,7 @@ def run(sizes: Sequence[int], creates: int) -> list[Row]:
 
 
 def table(rows: Sequence[Row]) -> str:
-    header = "| " + " | ".join(FIELDS) + " |"
-    lines = [header, "|" + "---|" * len(FIELDS)]
-    lines += ["| " + " | ".join(str(asdict(r)[f]) for f in FIELDS) + " |" for r in rows]
-    return "\n".join(lines)
+    return markdown_table(FIELDS, (asdict(r) for r in rows))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

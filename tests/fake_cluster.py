@@ -240,3 +240,13 @@ def monitoring_ready_cluster(namespace: str = "monitoring") -> FakeCluster:
     need: monitoring_namespace_needs)."""
     labels = namespace_labels(monitoring_namespace_needs())
     return FakeCluster([claim_object(), namespace_object(namespace, labels)])
+
+
+def reply_json(handler: Any, status: int, answer: Any) -> None:
+    """Answer a test HTTP server's request (a BaseHTTPRequestHandler) with `answer` as JSON."""
+    body = json.dumps(answer).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)

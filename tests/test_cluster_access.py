@@ -4,7 +4,6 @@ stack is applied with (the whole program's: tests/test_ownership.py)."""
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -23,6 +22,7 @@ from components.cluster_access import (
 from components.ownership import STACK_MARK
 from stack_config import ConfigError
 from tests.conftest import Recording, run_program
+from tests.fake_cluster import reply_json
 
 # What kube-apiserver v1.37.2 answers at /version (every field the client requires).
 VERSION = {
@@ -40,13 +40,8 @@ VERSION = {
 
 class _Version(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
-        body = json.dumps(VERSION).encode()
         status = 200 if self.path.rstrip("/") == "/version" else 404
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        reply_json(self, status, VERSION)
 
     def log_message(self, format: str, *args: object) -> None:
         pass

@@ -24,7 +24,7 @@ from components.opa_gate.preview import PROBE_NAMESPACE, check_pool_toleration, 
 from components.opa_gate.settings import EXTENDED_RESOURCE_TOLERATION
 from stack_config import ConfigError
 from tests.conftest import Recording, run_program
-from tests.fake_cluster import FakeCluster, monitoring_ready_cluster
+from tests.fake_cluster import FakeCluster, monitoring_ready_cluster, reply_json
 
 GPU = "nvidia.com/gpu"
 TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
@@ -113,12 +113,7 @@ class _Pods(BaseHTTPRequestHandler):
             answer = dict(pod)
             if "/ert/" in self.path:
                 answer["spec"] = {**pod["spec"], "tolerations": [dict(TOLERATION)]}
-        body = json.dumps(answer).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        reply_json(self, status, answer)
 
     def log_message(self, format: str, *args: object) -> None:
         pass

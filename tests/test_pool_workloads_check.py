@@ -7,7 +7,6 @@ tests/integration/test_pool_workloads_live.py asks a real kube-apiserver.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -27,6 +26,7 @@ from components.cluster_access import (
 from components.gpu_resources import is_gpu_resource
 from components.settings import ConfigError
 from components.tolerations import tolerates, tolerates_any
+from tests.fake_cluster import reply_json
 
 GPU = "nvidia.com/gpu"
 TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
@@ -546,12 +546,7 @@ class _Lists(BaseHTTPRequestHandler):
                     status={"lastScheduleTime": "2026-11-22T03:00:00Z"},
                 ),
             ]
-        body = json.dumps(answer).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        reply_json(self, status, answer)
 
     def log_message(self, format: str, *args: object) -> None:
         pass
